@@ -1,0 +1,3 @@
+"""Algorithms by family.  Importing this package registers every algorithm."""
+
+from . import pipeline  # noqa: F401  (registers fo-sgd, pipeline-sgd)

@@ -1,0 +1,96 @@
+"""The first-order references: ``fo-sgd`` (one process, the unsplit model) and
+``pipeline-sgd`` (the same training split into one stage per rank, uncompressed).
+
+Both consume the same batches, split into the same micro-batches, accumulate
+gradients in the same order and apply the same SGD update, so for the same
+seed they reach the same ``params_sha256`` on every backend.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+
+from algorithms.codecs import make_codec
+from harness.config import RunConfig
+from harness.data import get_dataset
+from harness.models import build_model, build_stage, lm_loss, model_info
+from harness.registry import register
+
+from .engine import LinkCodecs, pipeline_step
+
+CUTS = ("block", "ffn_act")
+
+
+@dataclass(frozen=True)
+class SGDParams:
+    lr: float = 0.05
+    momentum: float = 0.0
+    cut: str = "block"  # where stages are cut: between blocks, or after a block's FFN activation
+
+    def __post_init__(self):
+        if not self.lr > 0:
+            raise ValueError(f"lr must be > 0, got {self.lr}")
+        if not 0 <= self.momentum < 1:
+            raise ValueError(f"momentum must be in [0, 1), got {self.momentum}")
+        if self.cut not in CUTS:
+            raise ValueError(f"cut must be one of {', '.join(CUTS)}, got {self.cut!r}")
+
+
+def _optimizer(params, p: SGDParams) -> torch.optim.Optimizer:
+    # foreach=False: the plain per-tensor update, identical for any grouping of
+    # parameters into stages.
+    return torch.optim.SGD(params, lr=p.lr, momentum=p.momentum, foreach=False)
+
+
+def _batch(cfg: RunConfig, step: int):
+    return get_dataset(cfg.data).batch(step, batch_size=cfg.batch_size, seq_len=cfg.seq_len,
+                                       seed=cfg.seed)
+
+
+def _fits_model(cfg: RunConfig) -> str | None:
+    blocks = model_info(cfg.model)["num_blocks"]
+    if cfg.world_size > blocks:
+        return f"{cfg.world_size} stages do not fit {cfg.model}, which has {blocks} blocks"
+    return None
+
+
+@register("fo-sgd", family="pipeline", params=SGDParams, max_world=1,
+          summary="first-order SGD on the unsplit model in one process (the reference)")
+def fo_sgd(ctx):
+    cfg, p = ctx.cfg, ctx.params
+    model = build_model(cfg.model, seed=cfg.seed, dtype=ctx.dtype)
+    opt = _optimizer(model.parameters(), p)
+    ctx.tokens_per_step = cfg.batch_size * cfg.seq_len
+    for step in ctx.steps():
+        input_ids, labels = _batch(cfg, step)
+        opt.zero_grad(set_to_none=True)
+        total = 0.0
+        for ids, labs in zip(input_ids.chunk(cfg.micro_batches), labels.chunk(cfg.micro_batches)):
+            loss = lm_loss(model(ids).logits, labs) / cfg.micro_batches
+            loss.backward()
+            total += loss.item()
+        opt.step()
+        ctx.log(loss=total)
+    return ctx.finish(enumerate(model.parameters()))
+
+
+@register("pipeline-sgd", family="pipeline", params=SGDParams, min_world=2, check=_fits_model,
+          summary="first-order pipeline SGD, one stage per rank, uncompressed activations and gradients")
+def pipeline_sgd(ctx):
+    cfg, p = ctx.cfg, ctx.params
+    stage = build_stage(cfg.model, seed=cfg.seed, num_stages=ctx.world_size, stage_index=ctx.rank,
+                        cut=p.cut, dtype=ctx.dtype)
+    wire = make_codec("fp64" if ctx.dtype == torch.float64 else "fp32")  # lossless for the run dtype
+    codecs = LinkCodecs(forward=wire, backward=wire)
+    opt = _optimizer(stage.parameters(), p)
+    ctx.tokens_per_step = cfg.batch_size * cfg.seq_len
+    for step in ctx.steps():
+        input_ids, labels = _batch(cfg, step)
+        opt.zero_grad(set_to_none=True)
+        loss = pipeline_step(ctx.comm, stage, input_ids, labels, cfg.micro_batches, codecs)
+        opt.step()
+        if loss is not None:
+            ctx.log(loss=loss)
+    return ctx.finish((i, t) for i, _, t in stage.global_named_parameters())

@@ -1,0 +1,28 @@
+"""Shared pytest configuration: hypothesis profiles and capability markers.
+
+Profiles: ``ci`` (derandomised, loaded automatically when CI is set),
+``dev`` (few examples, for a fast local loop) and ``thorough``.  Choose one
+with HYPOTHESIS_PROFILE=name.  Torch randomness in checks always comes from a
+seed drawn by hypothesis, never from global state.
+"""
+
+import os
+
+from hypothesis import HealthCheck, settings
+
+settings.register_profile(
+    "ci",
+    derandomize=True,
+    deadline=None,
+    database=None,
+    print_blob=True,
+    max_examples=25,
+    suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large],
+)
+settings.register_profile("default-torch", deadline=None, max_examples=25,
+                          suppress_health_check=[HealthCheck.too_slow])
+settings.register_profile("dev", deadline=None, max_examples=5)
+settings.register_profile("thorough", deadline=None, max_examples=500)
+
+_default = "ci" if os.environ.get("CI") else "default-torch"
+settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", _default))

@@ -1,0 +1,215 @@
+"""The Comm contract: payloads arrive intact, the meter counts exactly what was
+sent, collectives are bit-identical on every backend, and nothing hangs."""
+
+from __future__ import annotations
+
+import functools
+import time
+
+import pytest
+import torch
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from harness.comm import FRAME_HEADER_BYTES, CommError, run_threads
+from harness.launcher import RankFailed
+
+from ._gloo import run_gloo
+
+seeds = st.integers(0, 2**32 - 1)
+
+
+def _payload(seed: int, n: int) -> torch.Tensor:
+    g = torch.Generator().manual_seed(seed)
+    return torch.randint(0, 256, (n,), generator=g, dtype=torch.uint8)
+
+
+# --------------------------------------------------------------------------- point to point
+@given(seed=seeds, sizes=st.lists(st.integers(0, 5000), min_size=1, max_size=6))
+def test_send_recv_roundtrip_and_meter(seed, sizes):
+    msgs = [_payload(seed + i, n) for i, n in enumerate(sizes)]
+
+    def prog(comm):
+        if comm.rank == 0:
+            for i, m in enumerate(msgs):
+                comm.send(m, 1, tag=f"t{i % 2}")
+            got = None
+        else:
+            got = [comm.recv(0, tag=f"t{i % 2}") for i in range(len(msgs))]
+        return got, comm.meter.snapshot()
+
+    (_, snap0), (got, snap1) = run_threads(2, prog, timeout_s=30)
+    assert all(torch.equal(a, b) for a, b in zip(msgs, got))
+    assert snap0.total("sent") == (sum(sizes), len(sizes))
+    assert snap1.total("received") == (sum(sizes), len(sizes))
+    assert snap0.framing_bytes == FRAME_HEADER_BYTES * len(sizes)
+    t0 = sum(n for i, n in enumerate(sizes) if i % 2 == 0)
+    assert snap0.by_tag().get("t0", (0, 0))[0] == t0
+
+
+def test_sender_may_reuse_its_buffer():
+    def prog(comm):
+        if comm.rank == 0:
+            buf = torch.zeros(8, dtype=torch.uint8)
+            comm.send(buf, 1)
+            buf += 7
+            return None
+        return comm.recv(0)
+
+    _, got = run_threads(2, prog)
+    assert torch.equal(got, torch.zeros(8, dtype=torch.uint8))
+
+
+def test_tag_mismatch_is_an_error_not_a_wrong_decode():
+    def prog(comm):
+        if comm.rank == 0:
+            comm.send(torch.zeros(4, dtype=torch.uint8), 1, tag="act")
+        else:
+            comm.recv(0, tag="grad")
+
+    with pytest.raises(RankFailed, match="rank 1.*another tag"):
+        run_threads(2, prog, timeout_s=10)
+
+
+def test_send_rejects_non_payloads_and_bad_peers():
+    def prog(comm):
+        with pytest.raises(TypeError):
+            comm.send(torch.zeros(3), 1 - comm.rank)
+        with pytest.raises(ValueError):
+            comm.send(torch.zeros(3, dtype=torch.uint8), comm.rank)
+        with pytest.raises(ValueError):
+            comm.recv(5)
+        return True
+
+    assert run_threads(2, prog) == [True, True]
+
+
+def test_recv_times_out_with_a_clear_error():
+    t0 = time.monotonic()
+
+    def prog(comm):
+        if comm.rank == 1:
+            comm.recv(0)  # nobody sends
+
+    with pytest.raises(RankFailed, match=r"rank 1.*recv from rank 0 timed out"):
+        run_threads(2, prog, timeout_s=0.5)
+    assert time.monotonic() - t0 < 10
+
+
+def test_a_raising_rank_releases_its_peers():
+    t0 = time.monotonic()
+
+    def prog(comm):
+        if comm.rank == 2:
+            raise ValueError("boom")
+        comm.recv(2)  # would wait forever without the abort
+
+    with pytest.raises(RankFailed, match=r"rank 2 failed: ValueError: boom"):
+        run_threads(3, prog, timeout_s=60)
+    assert time.monotonic() - t0 < 10  # released at once, not after the timeout
+
+
+# --------------------------------------------------------------------------- collectives
+def _collective_body(seed: int, shape: tuple[int, ...], comm):
+    g = torch.Generator().manual_seed(seed * 131 + comm.rank)
+    x = torch.randn(shape, generator=g, dtype=torch.float32) * 10 ** (comm.rank - 1)
+    s = comm.all_reduce(x, op="sum", tag="ar")
+    mx = comm.all_reduce(x, op="max", tag="ar")
+    parts = comm.all_gather(x, tag="ag")
+    b = comm.broadcast(x if comm.rank == 1 else torch.zeros_like(x), src=1, tag="bc")
+    comm.barrier()
+    return {"x": x, "sum": s, "max": mx, "parts": parts, "b": b,
+            "sent": comm.meter.snapshot().total("sent")}
+
+
+def _collective_program(seed: int, shape: tuple[int, ...]):
+    return functools.partial(_collective_body, seed, shape)
+
+
+def _check_collectives(res, world, shape):
+    xs = [r["x"] for r in res]
+    expected = xs[0].clone()
+    for x in xs[1:]:
+        expected += x  # rank order, the documented reduction order
+    nbytes = xs[0].numel() * 4
+    for rank, r in enumerate(res):
+        assert torch.equal(r["sum"], expected)
+        assert torch.equal(r["max"], torch.stack(xs).amax(0))
+        assert all(torch.equal(a, b) for a, b in zip(r["parts"], xs))
+        assert torch.equal(r["b"], xs[1])
+        # each rank delivers its bytes to W-1 peers per gather (2 all_reduce + 1 all_gather);
+        # the broadcast source delivers to W-1 peers.
+        per_peer = 3 * nbytes + (nbytes if rank == 1 else 0)
+        msgs = 3 * (world - 1) + (world - 1 if rank == 1 else 0)
+        assert r["sent"] == (per_peer * (world - 1), msgs)
+
+
+@given(seed=seeds, world=st.integers(2, 4), shape=st.sampled_from([(1,), (7,), (3, 5)]))
+def test_collectives_threads(seed, world, shape):
+    _check_collectives(run_threads(world, _collective_program(seed, shape), timeout_s=30), world, shape)
+
+
+@pytest.mark.gloo
+def test_collectives_gloo_equal_threads_bit_for_bit():
+    world, shape, seed = 3, (64, 3), 12345
+    th = run_threads(world, _collective_program(seed, shape), timeout_s=30)
+    gl = run_gloo(world, _collective_program(seed, shape), timeout_s=60)
+    _check_collectives(gl, world, shape)
+    for a, b in zip(th, gl):
+        assert torch.equal(a["sum"], b["sum"]) and a["sent"] == b["sent"]
+
+
+def _p2p_program(comm):
+    out = []
+    if comm.rank == 0:
+        comm.send(torch.arange(10, dtype=torch.uint8), 1, tag="x")
+        comm.send(torch.empty(0, dtype=torch.uint8), 1, tag="empty")
+    else:
+        out = [comm.recv(0, tag="x"), comm.recv(0, tag="empty")]
+    return out, comm.meter.snapshot().total("sent"), comm.meter.snapshot().framing_bytes
+
+
+@pytest.mark.gloo
+def test_gloo_point_to_point_and_meter_match_threads():
+    th = run_threads(2, _p2p_program)
+    gl = run_gloo(2, _p2p_program, timeout_s=60)
+    assert torch.equal(gl[1][0][0], torch.arange(10, dtype=torch.uint8))
+    assert gl[1][0][1].numel() == 0
+    assert [(r[1], r[2]) for r in th] == [(r[1], r[2]) for r in gl]
+
+
+def _dies_program(comm):
+    import os
+
+    if comm.rank == 1:
+        os._exit(7)  # a crash: the peer must not hang on its recv
+    try:
+        comm.recv(1)
+    except CommError as e:
+        return f"CommError: {e}"
+    return "no error"
+
+
+@pytest.mark.gloo
+def test_gloo_peer_death_is_an_error_within_the_timeout():
+    t0 = time.monotonic()
+    with pytest.raises(RankFailed) as info:
+        run_gloo(2, _dies_program, timeout_s=20)
+    assert "rank 1" in str(info.value)
+    assert time.monotonic() - t0 < 60
+
+
+@settings(max_examples=5)
+@given(latency=st.sampled_from([5.0, 20.0]))
+def test_latency_is_injected_per_message(latency):
+    def prog(comm):
+        t0 = time.perf_counter()
+        for _ in range(3):
+            if comm.rank == 0:
+                comm.send(torch.zeros(1, dtype=torch.uint8), 1)
+            else:
+                comm.recv(0)
+        return time.perf_counter() - t0
+
+    sender, _ = run_threads(2, prog, latency_ms=latency)
+    assert sender >= 3 * latency / 1000  # a lower bound only: sleeping never ends early

@@ -1,0 +1,256 @@
+"""``commbench`` command line: list, run, table, reproduce.
+
+Built on the same API a user imports (``harness.registry.make_config``,
+``harness.launcher.run``, ``harness.results``, ``harness.tables``).  Every
+bad input ends with one line on stderr and a non-zero exit status.
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime as _dt
+import os
+import sys
+from pathlib import Path
+
+EXIT_BAD_INPUT = 2
+EXIT_RUN_FAILED = 1
+
+
+class UsageError(Exception):
+    pass
+
+
+class _Parser(argparse.ArgumentParser):
+    def error(self, message):  # one line, not usage + message
+        raise UsageError(f"{self.prog}: {message}")
+
+
+def _console():
+    from rich.console import Console
+
+    return Console(stderr=False)
+
+
+# --------------------------------------------------------------------------- list
+def cmd_list(args) -> int:
+    from rich.table import Table
+
+    from .data import DATASETS, get_dataset
+    from .experiments import EXPERIMENTS
+    from .models import PRESETS
+    from .registry import load_all
+
+    con = _console()
+    t = Table(title="algorithms")
+    for c in ("name", "family", "world size", "summary"):
+        t.add_column(c)
+    for name, spec in sorted(load_all().items()):
+        ws = f"{spec.min_world}" if spec.max_world == spec.min_world else (
+            f">= {spec.min_world}" if spec.max_world is None else f"{spec.min_world}..{spec.max_world}")
+        t.add_row(name, spec.family, ws, spec.summary)
+    con.print(t)
+    t = Table(title="models")
+    for c in ("name", "family", "blocks", "d_model", "ffn", "activation", "vocab"):
+        t.add_column(c)
+    for name, p in PRESETS.items():
+        t.add_row(name, p.family, str(p.num_blocks), str(p.d_model), str(p.ffn_dim), p.activation, str(p.vocab_size))
+    con.print(t)
+    t = Table(title="data")
+    for c in ("name", "kind", "source"):
+        t.add_column(c)
+    for name in DATASETS:
+        ds = get_dataset(name, load=False) if "load" in get_dataset.__code__.co_varnames else None
+        kind = getattr(ds, "kind", "?") if ds is not None else "?"
+        src = getattr(ds, "source", "") if ds is not None else ""
+        t.add_row(name, kind, src)
+    con.print(t)
+    t = Table(title="experiments (commbench reproduce NAME)")
+    t.add_column("name")
+    t.add_column("what")
+    for name, exp in EXPERIMENTS.items():
+        t.add_row(name, exp.summary)
+    con.print(t)
+    return 0
+
+
+# --------------------------------------------------------------------------- run
+def _default_out(cfg) -> Path:
+    stamp = _dt.datetime.now().strftime("%Y%m%d-%H%M%S-%f")
+    return Path("results") / "runs" / f"{cfg.algorithm}-{cfg.model}-w{cfg.world_size}-{cfg.backend}-{stamp}.json"
+
+
+def _under_torchrun() -> bool:
+    return all(k in os.environ for k in ("RANK", "WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT")) and \
+        "COMMBENCH_RUN_DIR" not in os.environ
+
+
+def build_config(args):
+    from .config import apply_sets, parse_sets
+    from .registry import make_config
+
+    base = dict(model=args.model, data=args.data, world_size=args.world_size, backend=args.backend,
+                steps=args.steps, seed=args.seed, net=args.net, bandwidth=args.bandwidth,
+                latency_ms=args.latency_ms, timeout_s=args.timeout, metered=not args.no_meter)
+    base = {k: v for k, v in base.items() if v is not None}
+    cfg = make_config(args.algorithm, **base)
+    cfg = apply_sets(cfg, parse_sets(args.set or []))
+    from .registry import get_algorithm
+
+    get_algorithm(cfg.algorithm).validate(cfg)
+    return cfg
+
+
+def run_with_progress(cfg, quiet: bool = False):
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+    from .launcher import run
+
+    if quiet:
+        return run(cfg)
+    with Progress(TextColumn("[bold]{task.description}"), BarColumn(), MofNCompleteColumn(),
+                  TimeElapsedColumn(), TextColumn("{task.fields[info]}"), transient=True) as prog:
+        task = prog.add_task(f"{cfg.algorithm} w{cfg.world_size} {cfg.backend}", total=cfg.steps, info="")
+
+        def progress(step, values):
+            info = " ".join(f"{k}={v:.4g}" for k, v in values.items())
+            prog.update(task, completed=step, info=info)
+
+        return run(cfg, progress=progress)
+
+
+def cmd_run(args) -> int:
+    from .results import write_result
+    from .tables import print_table, records_to_table
+
+    cfg = build_config(args)
+    if _under_torchrun() and cfg.backend != "threads":
+        from .rank_entry import run_rank
+
+        if int(os.environ["WORLD_SIZE"]) != cfg.world_size:
+            raise UsageError(f"--world-size {cfg.world_size} differs from torchrun's WORLD_SIZE "
+                             f"{os.environ['WORLD_SIZE']}")
+        out = Path(args.out) if args.out else _default_out(cfg)
+        record = run_rank(cfg, out if int(os.environ["RANK"]) == 0 else None)
+    else:
+        record = run_with_progress(cfg, args.quiet)
+        out = Path(args.out) if args.out else _default_out(cfg)
+        write_result(record, out)
+    if record is not None:
+        if not args.quiet:
+            print_table(records_to_table([record]))
+        print(f"result: {out}")
+    return 0
+
+
+# --------------------------------------------------------------------------- table
+def cmd_table(args) -> int:
+    from .results import read_results
+    from .tables import load_reference, print_table, records_to_table, render, with_reference, write_table
+
+    records = read_results(args.results)
+    if not records:
+        raise UsageError("commbench table: no result files found")
+    table = records_to_table(records, metrics=args.metrics.split(",") if args.metrics else None)
+    if args.reference:
+        table = with_reference(table, load_reference(args.reference))
+    if args.out:
+        write_table(table, args.out, args.format)
+        print(f"table: {args.out}")
+    elif args.format:
+        text = render(table, args.format)
+        sys.stdout.write(text if text.endswith("\n") else text + "\n")
+    else:
+        print_table(table)
+    return 0
+
+
+# --------------------------------------------------------------------------- reproduce
+def cmd_reproduce(args) -> int:
+    from .experiments import run_experiments
+
+    run_experiments(args.paper, scale=args.scale, out_dir=Path(args.out_dir), quiet=args.quiet)
+    return 0
+
+
+# --------------------------------------------------------------------------- main
+def make_parser() -> argparse.ArgumentParser:
+    from .comm import BACKENDS
+    from .config import NETS
+
+    p = _Parser(prog="commbench", description="verification test-bed and benchmark harness for "
+                "memory- and communication-efficient distributed training")
+    sub = p.add_subparsers(dest="command", parser_class=_Parser)
+    sub.required = True
+
+    sub.add_parser("list", help="algorithms, models, data and experiments").set_defaults(fn=cmd_list)
+
+    r = sub.add_parser("run", help="run one algorithm and write its result record")
+    r.add_argument("algorithm")
+    r.add_argument("--model")
+    r.add_argument("--data")
+    r.add_argument("--world-size", type=int)
+    r.add_argument("--backend", choices=BACKENDS)
+    r.add_argument("--steps", type=int)
+    r.add_argument("--seed", type=int)
+    r.add_argument("--set", action="append", metavar="KEY=VALUE",
+                   help="override a config or algorithm parameter (repeatable)")
+    r.add_argument("--out", help="result file (default: results/runs/<algorithm>-...json)")
+    r.add_argument("--net", choices=NETS, help="netns: one network namespace per rank (root)")
+    r.add_argument("--bandwidth", help="shape every rank's link with tc tbf, e.g. 80mbit (needs --net netns)")
+    r.add_argument("--latency-ms", type=float, help="latency injected per message by the Comm")
+    r.add_argument("--timeout", type=float, help="seconds any communication may wait (default 120)")
+    r.add_argument("--no-meter", action="store_true", help="disable byte metering (overhead baseline)")
+    r.add_argument("--quiet", action="store_true")
+    r.set_defaults(fn=cmd_run)
+
+    t = sub.add_parser("table", help="tabulate result records")
+    t.add_argument("results", nargs="+", help="result files or directories")
+    t.add_argument("--format", choices=("md", "csv", "latex", "html"))
+    t.add_argument("--metrics", help="comma-separated metric names")
+    t.add_argument("--reference", help="paper name or CSV under results/reference/")
+    t.add_argument("--out", help="write the table here instead of stdout")
+    t.set_defaults(fn=cmd_table)
+
+    rp = sub.add_parser("reproduce", help="run a paper's comparison at this machine's scale")
+    rp.add_argument("paper", help="experiment name, or 'all'")
+    rp.add_argument("--scale", choices=("tiny", "small"), default="tiny")
+    rp.add_argument("--out-dir", default="results/exports")
+    rp.add_argument("--quiet", action="store_true")
+    rp.set_defaults(fn=cmd_reproduce)
+    return p
+
+
+def main(argv: list[str] | None = None) -> int:
+    from algorithms.codecs import CodecError
+
+    from .config import ConfigError
+    from .launcher import RankFailed
+    from .netns import NetnsError
+    from .results import ResultError
+    from .tables import TableError
+
+    try:
+        args = make_parser().parse_args(argv)
+        return args.fn(args)
+    except UsageError as e:
+        print(f"commbench: error: {str(e).removeprefix('commbench: ')}", file=sys.stderr)
+        return EXIT_BAD_INPUT
+    except (ConfigError, ResultError, TableError, CodecError, ValueError, FileNotFoundError) as e:
+        print(f"commbench: error: {_one_line(e)}", file=sys.stderr)
+        return EXIT_BAD_INPUT
+    except (RankFailed, NetnsError) as e:
+        print(f"commbench: run failed: {_one_line(e)}", file=sys.stderr)
+        return EXIT_RUN_FAILED
+    except KeyboardInterrupt:
+        print("commbench: interrupted", file=sys.stderr)
+        return 130
+
+
+def _one_line(e: BaseException) -> str:
+    text = str(e).strip() or type(e).__name__
+    return text.splitlines()[0]
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,178 @@
+"""The Comm: the only way rank programs talk to each other.
+
+Rank programs are SPMD functions that call ``send``/``recv`` with serialized
+payloads (1-D uint8 tensors: real bytes, e.g. a codec's output) and the
+numeric collectives ``broadcast``/``all_reduce``/``all_gather`` on tensors of
+a shape every rank knows.  Every operation is metered (see ``meter``) and has
+a timeout; a dead or stuck peer raises ``CommError`` instead of hanging.
+
+Backends implement five raw primitives; everything else (metering, latency
+injection, argument checks, the deterministic reduction) lives here once, so
+the same rank program gives bit-identical results on every CPU backend.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+import zlib
+from abc import ABC, abstractmethod
+
+import torch
+
+from .meter import FRAME_HEADER_BYTES, ByteMeter, Flow
+
+
+class CommError(RuntimeError):
+    """A communication failed: timeout, dead peer, or a protocol mismatch."""
+
+
+def tag_hash(tag: str) -> int:
+    return zlib.crc32(tag.encode())
+
+
+def as_bytes(t: torch.Tensor) -> torch.Tensor:
+    """The raw bytes of a tensor (bit-preserving view), as a flat uint8 tensor."""
+    return t.detach().contiguous().reshape(-1).view(torch.uint8)
+
+
+def from_bytes(b: torch.Tensor, like: torch.Tensor) -> torch.Tensor:
+    return b.view(like.dtype).reshape(like.shape)
+
+
+_REDUCE_OPS = ("sum", "mean", "max", "min")
+
+
+class Comm(ABC):
+    """SPMD communicator for one rank.  Subclasses provide the raw primitives."""
+
+    backend: str = "?"
+
+    def __init__(self, rank: int, world_size: int, *, timeout_s: float = 120.0,
+                 latency_ms: float = 0.0, metered: bool = True):
+        if world_size < 1 or not 0 <= rank < world_size:
+            raise ValueError(f"rank {rank} is not in a world of size {world_size}")
+        if timeout_s <= 0:
+            raise ValueError("timeout_s must be > 0")
+        if latency_ms < 0:
+            raise ValueError("latency_ms must be >= 0")
+        self.rank = rank
+        self.world_size = world_size
+        self.timeout_s = timeout_s
+        self.latency_s = latency_ms / 1000.0
+        self.meter = ByteMeter(rank, enabled=metered)
+
+    # ---- raw primitives -------------------------------------------------
+    @abstractmethod
+    def _send_frame(self, data: torch.Tensor, dst: int, taghash: int) -> None: ...
+
+    @abstractmethod
+    def _recv_frame(self, src: int, taghash: int) -> torch.Tensor: ...
+
+    @abstractmethod
+    def _all_gather_raw(self, data: torch.Tensor) -> list[torch.Tensor]:
+        """All ranks pass uint8 tensors of equal length; returns them in rank order."""
+
+    @abstractmethod
+    def _broadcast_raw(self, data: torch.Tensor, src: int) -> torch.Tensor: ...
+
+    @abstractmethod
+    def _barrier(self) -> None: ...
+
+    @abstractmethod
+    def gather_objects(self, obj) -> list | None:
+        """Control plane (not metered): rank 0 receives every rank's object."""
+
+    def close(self) -> None:
+        """Release backend resources."""
+
+    # ---- helpers ---------------------------------------------------------
+    def _check_peer(self, peer: int, what: str) -> None:
+        if not isinstance(peer, int) or not 0 <= peer < self.world_size:
+            raise ValueError(f"{what} {peer!r} is not a rank of a world of size {self.world_size}")
+        if peer == self.rank:
+            raise ValueError(f"rank {self.rank} cannot {what.split()[0]} to/from itself")
+
+    def _delay(self, messages: int) -> None:
+        # Injected latency (tc netem is not available on the CI kernels): the
+        # sender pays alpha per message before handing it to the transport.
+        if self.latency_s and messages:
+            time.sleep(self.latency_s * messages)
+
+    def _collective_rounds(self) -> int:
+        return max(1, math.ceil(math.log2(self.world_size))) if self.world_size > 1 else 0
+
+    # ---- point to point ---------------------------------------------------
+    def send(self, data: torch.Tensor, dst: int, tag: str = "") -> None:
+        """Send a serialized payload (1-D uint8 tensor) to ``dst``."""
+        self._check_peer(dst, "send to rank")
+        if data.dtype != torch.uint8 or data.dim() != 1:
+            raise TypeError("Comm.send takes a serialized payload: a 1-D uint8 tensor")
+        self._delay(1)
+        self._send_frame(data.contiguous(), dst, tag_hash(tag))
+        self.meter.record(Flow(self.rank, dst, "sent", tag, "send"), data.numel(),
+                          framing=FRAME_HEADER_BYTES)
+
+    def recv(self, src: int, tag: str = "") -> torch.Tensor:
+        """Receive the next payload from ``src``; the tag must match the sender's."""
+        self._check_peer(src, "recv from rank")
+        data = self._recv_frame(src, tag_hash(tag))
+        self.meter.record(Flow(src, self.rank, "received", tag, "recv"), data.numel(),
+                          framing=FRAME_HEADER_BYTES)
+        return data
+
+    # ---- collectives --------------------------------------------------------
+    def all_gather(self, tensor: torch.Tensor, tag: str = "") -> list[torch.Tensor]:
+        """Every rank's tensor (same shape and dtype everywhere), in rank order."""
+        raw = as_bytes(tensor)
+        if self.world_size == 1:
+            return [tensor.detach().clone()]
+        self._delay(self._collective_rounds())
+        parts = self._all_gather_raw(raw)
+        peers = self.world_size - 1
+        self.meter.record(Flow(self.rank, -1, "sent", tag, "all_gather"), raw.numel() * peers, peers)
+        self.meter.record(Flow(-1, self.rank, "received", tag, "all_gather"), raw.numel() * peers, peers)
+        return [from_bytes(p, tensor) for p in parts]
+
+    def all_reduce(self, tensor: torch.Tensor, op: str = "sum", tag: str = "") -> torch.Tensor:
+        """Reduce over ranks; returns a new tensor, identical on every rank.
+
+        Implemented as an all-gather followed by a reduction in rank order, so
+        the result is bit-identical on every backend and every rank.
+        """
+        if op not in _REDUCE_OPS:
+            raise ValueError(f"unknown reduce op {op!r}; choose from {', '.join(_REDUCE_OPS)}")
+        parts = self.all_gather(tensor, tag=tag)
+        acc = parts[0].clone()
+        for p in parts[1:]:
+            if op in ("sum", "mean"):
+                acc += p
+            elif op == "max":
+                acc = torch.maximum(acc, p)
+            else:
+                acc = torch.minimum(acc, p)
+        if op == "mean":
+            acc /= self.world_size
+        return acc
+
+    def broadcast(self, tensor: torch.Tensor, src: int, tag: str = "") -> torch.Tensor:
+        """``src``'s tensor on every rank (others pass a tensor of the same shape and dtype)."""
+        if not isinstance(src, int) or not 0 <= src < self.world_size:
+            raise ValueError(f"broadcast source {src!r} is not a rank of a world of size {self.world_size}")
+        if self.world_size == 1:
+            return tensor.detach().clone()
+        raw = as_bytes(tensor)
+        peers = self.world_size - 1
+        if self.rank == src:
+            self._delay(self._collective_rounds())
+        out = self._broadcast_raw(raw.clone(), src)
+        if self.rank == src:
+            self.meter.record(Flow(src, -1, "sent", tag, "broadcast"), raw.numel() * peers, peers)
+        else:
+            self.meter.record(Flow(src, self.rank, "received", tag, "broadcast"), raw.numel(), 1)
+        return from_bytes(out, tensor).clone()
+
+    def barrier(self) -> None:
+        """Wait for every rank (not metered: it carries no payload)."""
+        if self.world_size > 1:
+            self._barrier()

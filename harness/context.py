@@ -1,0 +1,139 @@
+"""What a rank program sees: its Comm, its config, and the measured step loop.
+
+An algorithm is ``run(ctx)``: it builds what it needs, iterates
+``for step in ctx.steps():`` (which opens the measured window: a barrier,
+peak-memory reset, meter and interface snapshots, and per-step timing), logs
+per-step values with ``ctx.log`` and ends with ``ctx.finish(params=...)``.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable, Iterable, Iterator
+from dataclasses import dataclass, field
+
+import torch
+
+from . import meters
+from .comm import Comm, MeterSnapshot
+from .config import RunConfig, parse_fault
+
+
+class InjectedFault(RuntimeError):
+    """Raised by --set inject_fault=RANK@STEP (failure-handling checks)."""
+
+
+@dataclass
+class RankOutput:
+    """Everything a rank reports; picklable so it can cross process boundaries."""
+
+    rank: int
+    params: list[tuple[int, torch.Tensor]]  # (global index, float32 CPU tensor)
+    history: dict[str, list[float]]
+    step_times: list[float]
+    peak_memory_bytes: int
+    peak_memory_reset: bool
+    sent_bytes: int
+    sent_messages: int
+    received_bytes: int
+    framing_bytes: int
+    bytes_by_tag: dict[str, tuple[int, int]]
+    tokens_per_step: int
+    wire_tx_bytes: int | None = None
+    wire_rx_bytes: int | None = None
+    extra: dict[str, tuple[float, str]] = field(default_factory=dict)
+
+
+class RankContext:
+    def __init__(self, cfg: RunConfig, comm: Comm, *,
+                 progress: Callable[[int, dict], None] | None = None):
+        self.cfg = cfg
+        self.params = cfg.params
+        self.comm = comm
+        self.rank = comm.rank
+        self.world_size = comm.world_size
+        self.device = getattr(comm, "device", torch.device("cpu"))
+        self.history: dict[str, list[float]] = {}
+        self.extra: dict[str, tuple[float, str]] = {}  # name -> (value, unit)
+        self.tokens_per_step = 0
+        self._progress = progress
+        self._timer = meters.StepTimer(self.device)
+        self._snap0: MeterSnapshot | None = None
+        self._window: MeterSnapshot | None = None
+        self._wire0: tuple[int, int] | None = None
+        self._wire: tuple[int, int] | None = None
+        self._reset_ok = False
+        self._netif = meters.netif_from_env()
+        self._fault = parse_fault(cfg.inject_fault, cfg.world_size) if cfg.inject_fault else None
+
+    @property
+    def dtype(self) -> torch.dtype:
+        return self.cfg.torch_dtype
+
+    def log(self, **values: float) -> None:
+        """Per-step scalars (e.g. loss=...), kept in the result's history."""
+        for k, v in values.items():
+            self.history.setdefault(k, []).append(float(v))
+
+    def steps(self) -> Iterator[int]:
+        """The measured training loop: yields 0..steps-1, timing each step."""
+        self._open_window()
+        for step in range(self.cfg.steps):
+            self._timer.start()
+            self._maybe_fail(step)
+            yield step
+            self._timer.stop()
+            if self._progress is not None:
+                self._progress(step + 1, {k: v[-1] for k, v in self.history.items() if v})
+        self._close_window()
+
+    def _maybe_fail(self, step: int) -> None:
+        if self._fault and self._fault[:2] == (self.rank, step):
+            if self._fault[2] == "exit" and self.cfg.backend != "threads":
+                os._exit(3)  # a crash: no report, no cleanup
+            raise InjectedFault(f"injected fault at step {step}")
+
+    def _open_window(self) -> None:
+        self.comm.barrier()
+        if self._netif:
+            self._wire0 = meters.interface_bytes(self._netif)
+        self._snap0 = self.comm.meter.snapshot()
+        self._reset_ok = meters.reset_peak_memory(self.device)
+
+    def _close_window(self) -> None:
+        self._window = self.comm.meter.snapshot() - self._snap0
+        # Every rank's sends have been received once all ranks pass this
+        # barrier, so shaped queues have drained into the interface counters.
+        self.comm.barrier()
+        if self._netif:
+            tx, rx = meters.interface_bytes(self._netif)
+            self._wire = (tx - self._wire0[0], rx - self._wire0[1])
+
+    def finish(self, params: Iterable[tuple[int, torch.Tensor]]) -> RankOutput:
+        if self._window is None:
+            raise RuntimeError("ctx.finish() before the ctx.steps() loop completed")
+        sent_b, sent_m = self._window.total("sent")
+        recv_b, _ = self._window.total("received")
+        return RankOutput(
+            rank=self.rank,
+            params=[(int(i), p.detach().to("cpu", torch.float32).clone()) for i, p in params],
+            history=self.history,
+            step_times=list(self._timer.times),
+            peak_memory_bytes=meters.peak_memory_bytes(self.device),
+            peak_memory_reset=self._reset_ok,
+            sent_bytes=sent_b,
+            sent_messages=sent_m,
+            received_bytes=recv_b,
+            framing_bytes=self._window.framing_bytes,
+            bytes_by_tag=self._window.by_tag("sent"),
+            tokens_per_step=self.tokens_per_step,
+            wire_tx_bytes=self._wire[0] if self._wire else None,
+            wire_rx_bytes=self._wire[1] if self._wire else None,
+            extra=dict(self.extra),
+        )
+
+
+def set_rank_threads(n: int) -> None:
+    """Intra-op threads per rank (1 by default: ranks share the machine's cores)."""
+    torch.set_num_threads(n)
+    os.environ.setdefault("OMP_NUM_THREADS", str(n))

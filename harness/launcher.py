@@ -1,0 +1,201 @@
+"""Launch a run: config -> rank programs over a Comm -> one result record.
+
+* ``threads``: all ranks in this process (fast checks).
+* ``gloo`` / ``nccl``: one process per rank, started here with torchrun's
+  environment variables (RANK, WORLD_SIZE, MASTER_ADDR, MASTER_PORT,
+  LOCAL_RANK), or started by torchrun itself on one or several hosts (then
+  ``commbench run`` in each process joins as that rank).  With
+  ``net="netns"`` each rank runs in its own network namespace, shaped with
+  tc tbf, and the kernel's interface counters are recorded.
+
+A rank that raises or dies ends the run: the others are killed, the
+namespaces removed, and ``RankFailed`` names the rank and its error.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import pickle
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+from .config import ConfigError, RunConfig
+from .context import RankContext, RankOutput, set_rank_threads
+from .registry import get_algorithm
+
+ProgressFn = Callable[[int, dict], None]
+
+
+class RankFailed(RuntimeError):
+    def __init__(self, rank: int, message: str):
+        self.rank = rank
+        self.message = message
+        who = f"rank {rank}" if rank >= 0 else "the run"
+        super().__init__(f"{who} failed: {message}")
+
+
+def validate(cfg: RunConfig) -> None:
+    get_algorithm(cfg.algorithm).validate(cfg)
+    if cfg.backend == "nccl":
+        import torch
+
+        if not torch.cuda.is_available():
+            raise ConfigError("the nccl backend needs CUDA GPUs; none is available here")
+
+
+def rank_program(cfg: RunConfig, comm, progress: ProgressFn | None = None) -> RankOutput:
+    """Run the configured algorithm as one rank over ``comm``."""
+    spec = get_algorithm(cfg.algorithm)
+    ctx = RankContext(cfg, comm, progress=progress)
+    out = spec.run(ctx)
+    if not isinstance(out, RankOutput):
+        raise TypeError(f"{spec.name}: the rank function must return ctx.finish(...)")
+    return out
+
+
+# ---------------------------------------------------------------------------
+def run(cfg: RunConfig, *, progress: ProgressFn | None = None):
+    """Run ``cfg`` and return its ResultRecord (not written anywhere)."""
+    from .record import build_record
+
+    validate(cfg)
+    if cfg.backend == "threads":
+        from .comm import run_threads
+
+        set_rank_threads(cfg.threads_per_rank)
+
+        def body(comm):
+            last = cfg.world_size - 1
+            return rank_program(cfg, comm, progress if comm.rank == last else None)
+
+        outputs = run_threads(cfg.world_size, body, timeout_s=cfg.timeout_s,
+                              latency_ms=cfg.latency_ms, metered=cfg.metered)
+        return build_record(cfg, outputs)
+    return _run_processes(cfg, progress)
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def _kill(procs: list[subprocess.Popen]) -> None:
+    for p in procs:
+        if p.poll() is None:
+            try:
+                os.killpg(p.pid, signal.SIGTERM)
+            except ProcessLookupError:
+                pass
+    deadline = time.monotonic() + 5
+    for p in procs:
+        try:
+            p.wait(max(0.1, deadline - time.monotonic()))
+        except subprocess.TimeoutExpired:
+            try:
+                os.killpg(p.pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+            p.wait()
+
+
+def _root_cause(run_dir: Path, procs: list[subprocess.Popen], exited: set[int]) -> RankFailed:
+    errors = {}
+    for r in range(len(procs)):
+        f = run_dir / f"rank{r}.error.json"
+        if f.exists():
+            try:
+                errors[r] = json.loads(f.read_text())
+            except ValueError:
+                errors[r] = {"type": "?", "message": f.read_text()[:500], "time": 0.0}
+    # The cause, in order: a rank that raised on its own (not because a peer
+    # vanished), then a rank that died without a report, then the rest.
+    primary = {r: e for r, e in errors.items() if e.get("type") != "CommError"}
+    if primary:
+        r = min(primary, key=lambda k: (primary[k].get("time", 0.0), k))
+        return RankFailed(r, f"{primary[r]['type']}: {primary[r]['message']}")
+    dead = [(r, procs[r].returncode) for r in sorted(exited) if r not in errors]
+    if dead:
+        r, code = dead[0]
+        how = f"killed by signal {-code}" if code < 0 else f"exit code {code}"
+        return RankFailed(r, f"process died without a report ({how})")
+    if errors:
+        r = min(errors, key=lambda k: (errors[k].get("time", 0.0), k))
+        return RankFailed(r, f"{errors[r]['type']}: {errors[r]['message']}")
+    return RankFailed(-1, "unknown failure")
+
+
+def _run_processes(cfg: RunConfig, progress: ProgressFn | None):
+    from .netns import NetnsTopology
+    from .results import read_result
+
+    with tempfile.TemporaryDirectory(prefix="commbench-run-") as tmp:
+        run_dir = Path(tmp)
+        (run_dir / "config.pkl").write_bytes(pickle.dumps(cfg))
+        topo = NetnsTopology(cfg.world_size, cfg.bandwidth) if cfg.net == "netns" else None
+        procs: list[subprocess.Popen] = []
+        try:
+            if topo is not None:
+                topo.__enter__()
+            master = topo.addr(0) if topo else "127.0.0.1"
+            port = 29500 if topo else _free_port()
+            for r in range(cfg.world_size):
+                env = dict(os.environ, RANK=str(r), WORLD_SIZE=str(cfg.world_size), LOCAL_RANK=str(r),
+                           LOCAL_WORLD_SIZE=str(cfg.world_size), MASTER_ADDR=master,
+                           MASTER_PORT=str(port), OMP_NUM_THREADS=str(cfg.threads_per_rank),
+                           COMMBENCH_RUN_DIR=str(run_dir), PYTHONUNBUFFERED="1")
+                env.pop("COMMBENCH_NETIF", None)
+                if topo:
+                    env.update(GLOO_SOCKET_IFNAME=topo.ifname(r), COMMBENCH_NETIF=topo.ifname(r))
+                cmd = [sys.executable, "-m", "harness.rank_entry", str(run_dir)]
+                if topo:
+                    cmd = topo.exec_prefix(r) + cmd
+                log = open(run_dir / f"rank{r}.log", "wb")
+                procs.append(subprocess.Popen(cmd, env=env, stdout=log, stderr=subprocess.STDOUT,
+                                              start_new_session=True, cwd=os.getcwd()))
+                log.close()
+            _supervise(cfg, run_dir, procs, progress)
+            return read_result(run_dir / "record.json")
+        finally:
+            _kill(procs)
+            if topo is not None:
+                topo.close()
+
+
+def _supervise(cfg: RunConfig, run_dir: Path, procs, progress: ProgressFn | None) -> None:
+    # Startup (imports, model build) is not part of the per-op timeout.
+    deadline = time.monotonic() + cfg.timeout_s * 2 + 60 + cfg.steps * cfg.timeout_s * 0.05
+    shown = 0
+    prog_file = run_dir / f"progress{cfg.world_size - 1}.json"
+    while True:
+        codes = [p.poll() for p in procs]
+        if any(c not in (0, None) for c in codes):
+            exited = {r for r, c in enumerate(codes) if c not in (0, None)}  # before we kill the rest
+            _kill(procs)
+            raise _root_cause(run_dir, procs, exited)
+        if all(c == 0 for c in codes):
+            if not (run_dir / "record.json").exists():
+                raise RankFailed(0, "all ranks exited but no result was written")
+            return
+        if progress is not None and prog_file.exists():
+            try:
+                step, values = json.loads(prog_file.read_text())
+            except ValueError:
+                step, values = shown, {}
+            if step > shown:
+                shown = step
+                progress(step, values)
+        if time.monotonic() > deadline:
+            _kill(procs)
+            raise RankFailed(-1, f"the run did not finish within {deadline:.0f} s; ranks killed")
+        try:
+            procs[0].wait(0.2)  # wake on rank 0's exit or poll the others again
+        except subprocess.TimeoutExpired:
+            pass

@@ -1,0 +1,113 @@
+"""Turn the ranks' outputs into one ``commbench.result/1`` record.
+
+Aggregation rules (stated once, used by every algorithm):
+* payload bytes / messages per step: all ranks' *sent* totals in the measured
+  window, divided by the number of steps;
+* peak memory: the maximum over ranks;
+* step time: the median step of the slowest rank;
+* throughput: tokens (or samples) consumed per step over that step time;
+* final loss: mean over the ranks that logged a loss, of their last value;
+* params_sha256: over the union of the ranks' parameters by global index
+  (a parameter held by several ranks, e.g. replicas, must agree bit for bit).
+"""
+
+from __future__ import annotations
+
+import statistics
+
+import torch
+
+from .config import RunConfig
+from .context import RankOutput
+from .results import Metric, ResultRecord, env_info, params_sha256
+
+
+def _merge_params(outputs: list[RankOutput]) -> list[tuple[int, torch.Tensor]]:
+    merged: dict[int, torch.Tensor] = {}
+    for out in outputs:
+        for idx, t in out.params:
+            if idx in merged:
+                if not torch.equal(merged[idx], t):
+                    raise RuntimeError(f"parameter {idx} differs between ranks holding it")
+            else:
+                merged[idx] = t
+    return sorted(merged.items())
+
+
+def build_record(cfg: RunConfig, outputs: list[RankOutput]) -> ResultRecord:
+    from .data import get_dataset
+
+    steps = cfg.steps
+    sent = sum(o.sent_bytes for o in outputs)
+    msgs = sum(o.sent_messages for o in outputs)
+    step_time = max(statistics.median(o.step_times) for o in outputs)
+    tokens = max(o.tokens_per_step for o in outputs)
+    losses = [o.history["loss"][-1] for o in outputs if o.history.get("loss")]
+    if not losses:
+        raise RuntimeError(f"{cfg.algorithm}: no rank logged a loss (ctx.log(loss=...))")
+    final_loss = sum(losses) / len(losses)
+
+    def m(value, unit, hib=None):
+        return Metric(value=value, unit=unit, higher_is_better=hib)
+
+    metrics = {
+        "payload_bytes_per_step": m(sent / steps, "bytes", False),
+        "messages_per_step": m(msgs / steps, "messages", False),
+        "framing_bytes_per_step": m(sum(o.framing_bytes for o in outputs) / steps, "bytes", False),
+        "peak_memory_bytes": m(max(o.peak_memory_bytes for o in outputs), "bytes", False),
+        "step_time_s": m(step_time, "s", False),
+        "throughput_tokens_per_s": m(tokens / step_time if step_time > 0 else 0.0, "tokens/s", True),
+        "tokens_per_step": m(tokens, "tokens"),
+        "final_loss": m(final_loss, "nats/token", False),
+        "params_sha256": m(params_sha256(_merge_params(outputs)), "sha256"),
+    }
+    wire = [o.wire_tx_bytes for o in outputs]
+    if all(w is not None for w in wire):
+        metrics["wire_bytes_per_step"] = m(sum(wire) / steps, "bytes", False)
+        metrics["wire_to_payload_ratio"] = m(sum(wire) / max(1, sent + sum(o.framing_bytes for o in outputs)), "ratio")
+    extra_keys = sorted({k for o in outputs for k in o.extra})
+    for k in extra_keys:  # algorithm-specific metrics: (value, unit), max over ranks
+        vals = [o.extra[k] for o in outputs if k in o.extra]
+        metrics[k] = m(max(v for v, _ in vals), vals[0][1])
+
+    per_rank = []
+    for o in sorted(outputs, key=lambda o: o.rank):
+        rm = {
+            "payload_bytes_per_step": m(o.sent_bytes / steps, "bytes", False),
+            "messages_per_step": m(o.sent_messages / steps, "messages", False),
+            "received_bytes_per_step": m(o.received_bytes / steps, "bytes", False),
+            "peak_memory_bytes": m(o.peak_memory_bytes, "bytes", False),
+            "step_time_s": m(statistics.median(o.step_times), "s", False),
+        }
+        if o.wire_tx_bytes is not None:
+            rm["wire_tx_bytes_per_step"] = m(o.wire_tx_bytes / steps, "bytes", False)
+        for tag, (b, n) in o.bytes_by_tag.items():
+            rm[f"sent_bytes_per_step[{tag or 'untagged'}]"] = m(b / steps, "bytes", False)
+            rm[f"sent_messages_per_step[{tag or 'untagged'}]"] = m(n / steps, "messages", False)
+        per_rank.append({"rank": o.rank, "metrics": rm})
+
+    history = {}
+    for o in outputs:
+        for k, v in o.history.items():
+            history.setdefault(k if k not in history else f"{k}[rank{o.rank}]", v)
+
+    device = "cuda" if cfg.backend == "nccl" else "cpu"
+    env = env_info(device)
+    env["peak_memory_source"] = "cuda max_memory_allocated" if device == "cuda" else (
+        "ru_maxrss after clear_refs reset" if all(o.peak_memory_reset for o in outputs)
+        else "ru_maxrss (process lifetime; reset unavailable)")
+    return ResultRecord(
+        algorithm=cfg.algorithm,
+        config=cfg.to_dict(),
+        world_size=cfg.world_size,
+        backend=cfg.backend,
+        model=cfg.model,
+        data=cfg.data,
+        data_kind=get_dataset(cfg.data).kind,
+        steps=steps,
+        seed=cfg.seed,
+        metrics=metrics,
+        per_rank=per_rank,
+        env=env,
+        history=history,
+    )

@@ -1,0 +1,73 @@
+"""Algorithm registry: algorithms register themselves; the harness looks them up.
+
+The harness knows an algorithm only through its ``AlgorithmSpec``: a name, a
+parameter dataclass, a world-size rule and an SPMD rank function.
+"""
+
+from __future__ import annotations
+
+import importlib
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from .config import ConfigError, NoParams, RunConfig
+
+
+@dataclass(frozen=True)
+class AlgorithmSpec:
+    name: str
+    family: str
+    summary: str
+    run: Callable  # run(ctx: RankContext) -> None (reports through ctx)
+    params: type = NoParams
+    min_world: int = 1
+    max_world: int | None = None
+    paper: str | None = None
+    check: Callable[[RunConfig], str | None] | None = None  # extra fit rules
+
+    def validate(self, cfg: RunConfig) -> None:
+        w = cfg.world_size
+        if w < self.min_world or (self.max_world is not None and w > self.max_world):
+            rng = f"{self.min_world}" if self.max_world == self.min_world else (
+                f">= {self.min_world}" if self.max_world is None else f"{self.min_world}..{self.max_world}")
+            raise ConfigError(f"{self.name} needs world size {rng}, got {w}")
+        if self.check is not None:
+            msg = self.check(cfg)
+            if msg:
+                raise ConfigError(f"{self.name}: {msg}")
+
+
+ALGORITHMS: dict[str, AlgorithmSpec] = {}
+
+
+def register(name: str, **kw) -> Callable:
+    def deco(fn):
+        if name in ALGORITHMS:
+            raise RuntimeError(f"algorithm {name!r} registered twice")
+        ALGORITHMS[name] = AlgorithmSpec(name=name, run=fn, **kw)
+        return fn
+
+    return deco
+
+
+def load_all() -> dict[str, AlgorithmSpec]:
+    importlib.import_module("algorithms")
+    return ALGORITHMS
+
+
+def get_algorithm(name: str) -> AlgorithmSpec:
+    load_all()
+    if name not in ALGORITHMS:
+        raise ConfigError(f"unknown algorithm {name!r}; choose from {', '.join(sorted(ALGORITHMS))}")
+    return ALGORITHMS[name]
+
+
+def make_config(algorithm: str, **overrides) -> RunConfig:
+    """A validated RunConfig with the algorithm's default params (and overrides)."""
+    spec = get_algorithm(algorithm)
+    params = overrides.pop("params", None)
+    if isinstance(params, dict):
+        params = spec.params(**params)
+    cfg = RunConfig(algorithm=algorithm, params=params if params is not None else spec.params(), **overrides)
+    spec.validate(cfg)
+    return cfg

@@ -1,0 +1,13 @@
+#!/usr/bin/env bash
+# Install commbench with everything its checks and benchmarks need, on a fresh
+# Linux machine with Python >= 3.10 and pip.  The constraints pin the CPU
+# build of torch the project is tested with; set COMMBENCH_CONSTRAINTS=none to
+# keep a torch you installed yourself (e.g. a CUDA build on a GPU cluster).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+py=${PYTHON:-python3}
+constraints=(-c constraints/cpu.txt)
+[ "${COMMBENCH_CONSTRAINTS:-}" = none ] && constraints=()
+"$py" -m pip install --quiet "${constraints[@]}" -e ".[test,bench]"
+"$py" -m pip install --quiet --no-deps -r constraints/data.txt
+"$py" -c "import torch, transformers, harness; print('commbench installed: torch', torch.__version__, '| transformers', transformers.__version__)"
