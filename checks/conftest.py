@@ -8,6 +8,8 @@ seed drawn by hypothesis, never from global state.
 
 import os
 
+import pytest
+import torch
 from hypothesis import HealthCheck, settings
 
 settings.register_profile(
@@ -26,3 +28,13 @@ settings.register_profile("thorough", deadline=None, max_examples=500)
 
 _default = "ci" if os.environ.get("CI") else "default-torch"
 settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", _default))
+
+
+@pytest.fixture(autouse=True, scope="session")
+def _one_torch_thread():
+    # Ranks share the machine's cores; one intra-op thread each keeps the
+    # suite fast on 2-core CI machines (and matches what rank processes use).
+    prev = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(prev)

@@ -39,7 +39,7 @@ def test_send_recv_roundtrip_and_meter(seed, sizes):
         return got, comm.meter.snapshot()
 
     (_, snap0), (got, snap1) = run_threads(2, prog, timeout_s=30)
-    assert all(torch.equal(a, b) for a, b in zip(msgs, got))
+    assert all(torch.equal(a, b) for a, b in zip(msgs, got, strict=True))
     assert snap0.total("sent") == (sum(sizes), len(sizes))
     assert snap1.total("received") == (sum(sizes), len(sizes))
     assert snap0.framing_bytes == FRAME_HEADER_BYTES * len(sizes)
@@ -135,7 +135,7 @@ def _check_collectives(res, world, shape):
     for rank, r in enumerate(res):
         assert torch.equal(r["sum"], expected)
         assert torch.equal(r["max"], torch.stack(xs).amax(0))
-        assert all(torch.equal(a, b) for a, b in zip(r["parts"], xs))
+        assert all(torch.equal(a, b) for a, b in zip(r["parts"], xs, strict=True))
         assert torch.equal(r["b"], xs[1])
         # each rank delivers its bytes to W-1 peers per gather (2 all_reduce + 1 all_gather);
         # the broadcast source delivers to W-1 peers.
@@ -155,7 +155,7 @@ def test_collectives_gloo_equal_threads_bit_for_bit():
     th = run_threads(world, _collective_program(seed, shape), timeout_s=30)
     gl = run_gloo(world, _collective_program(seed, shape), timeout_s=60)
     _check_collectives(gl, world, shape)
-    for a, b in zip(th, gl):
+    for a, b in zip(th, gl, strict=True):
         assert torch.equal(a["sum"], b["sum"]) and a["sent"] == b["sent"]
 
 

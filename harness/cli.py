@@ -60,10 +60,8 @@ def cmd_list(args) -> int:
     for c in ("name", "kind", "source"):
         t.add_column(c)
     for name in DATASETS:
-        ds = get_dataset(name, load=False) if "load" in get_dataset.__code__.co_varnames else None
-        kind = getattr(ds, "kind", "?") if ds is not None else "?"
-        src = getattr(ds, "source", "") if ds is not None else ""
-        t.add_row(name, kind, src)
+        ds = get_dataset(name)
+        t.add_row(name, ds.kind, ds.source)
     con.print(t)
     t = Table(title="experiments (commbench reproduce NAME)")
     t.add_column("name")
@@ -93,11 +91,13 @@ def build_config(args):
                 steps=args.steps, seed=args.seed, net=args.net, bandwidth=args.bandwidth,
                 latency_ms=args.latency_ms, timeout_s=args.timeout, metered=not args.no_meter)
     base = {k: v for k, v in base.items() if v is not None}
+    if args.net == "netns" and args.backend is None:
+        base["backend"] = "gloo"  # namespaces hold processes; threads cannot be split across them
     cfg = make_config(args.algorithm, **base)
     cfg = apply_sets(cfg, parse_sets(args.set or []))
-    from .registry import get_algorithm
+    from .launcher import validate
 
-    get_algorithm(cfg.algorithm).validate(cfg)
+    validate(cfg)
     return cfg
 
 
@@ -146,7 +146,14 @@ def cmd_run(args) -> int:
 # --------------------------------------------------------------------------- table
 def cmd_table(args) -> int:
     from .results import read_results
-    from .tables import load_reference, print_table, records_to_table, render, with_reference, write_table
+    from .tables import (
+        load_reference,
+        print_table,
+        records_to_table,
+        render,
+        with_reference,
+        write_table,
+    )
 
     records = read_results(args.results)
     if not records:

@@ -42,6 +42,14 @@ class RankFailed(RuntimeError):
 
 
 def validate(cfg: RunConfig) -> None:
+    """Everything that can be checked before any rank starts."""
+    from .data import DATASETS
+    from .models import PRESETS
+
+    if cfg.model not in PRESETS:
+        raise ConfigError(f"unknown model {cfg.model!r}; choose from {', '.join(PRESETS)}")
+    if cfg.data not in DATASETS:
+        raise ConfigError(f"unknown data {cfg.data!r}; choose from {', '.join(DATASETS)}")
     get_algorithm(cfg.algorithm).validate(cfg)
     if cfg.backend == "nccl":
         import torch

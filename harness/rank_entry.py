@@ -48,8 +48,25 @@ def run_rank(cfg: RunConfig, out: Path | None, run_dir: Path | None = None):
             write_result(record, out)
         comm.barrier()
         return record
+    except BaseException as e:
+        # Report before closing: closing drops the connections, and the peers'
+        # resulting errors must not look earlier than the cause.
+        if run_dir is not None:
+            report_error(run_dir, comm.rank, e)
+        raise
     finally:
         comm.close()
+
+
+def report_error(run_dir: Path, rank: int, e: BaseException) -> None:
+    target = run_dir / f"rank{rank}.error.json"
+    if target.exists():
+        return
+    err = {"type": type(e).__name__, "message": str(e).splitlines()[0] if str(e) else "",
+           "traceback": traceback.format_exc(), "time": time.time()}
+    tmp = run_dir / f"rank{rank}.error.tmp"
+    tmp.write_text(json.dumps(err))
+    os.replace(tmp, target)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -61,11 +78,7 @@ def main(argv: list[str] | None = None) -> int:
         run_rank(cfg, run_dir / "record.json", run_dir)
         return 0
     except BaseException as e:  # noqa: BLE001 - reported to the launcher
-        err = {"type": type(e).__name__, "message": str(e).splitlines()[0] if str(e) else "",
-               "traceback": traceback.format_exc(), "time": time.time()}
-        tmp = run_dir / f"rank{rank}.error.tmp"
-        tmp.write_text(json.dumps(err))
-        os.replace(tmp, run_dir / f"rank{rank}.error.json")
+        report_error(run_dir, rank, e)
         traceback.print_exc()
         return 1
 

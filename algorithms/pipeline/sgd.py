@@ -15,7 +15,7 @@ import torch
 from algorithms.codecs import make_codec
 from harness.config import RunConfig
 from harness.data import get_dataset
-from harness.models import build_model, build_stage, lm_loss, model_info
+from harness.models import PRESETS, build_model, build_stage, lm_loss, max_stages
 from harness.registry import register
 
 from .engine import LinkCodecs, pipeline_step
@@ -49,10 +49,34 @@ def _batch(cfg: RunConfig, step: int):
                                        seed=cfg.seed)
 
 
+def _wire_codec(dtype: torch.dtype):
+    return make_codec("fp64" if dtype == torch.float64 else "fp32")  # lossless for the run dtype
+
+
+def pipeline_bytes_per_step(cfg: RunConfig) -> int:
+    """Closed form of pipeline-sgd's payload bytes per step.
+
+    Each of the M-1 links carries, per micro-batch, the boundary tensors
+    forward and their gradients backward: the hidden state [b, T, d] for a
+    block cut, or the FFN activation [b, T, ffn] plus the residual [b, T, d]
+    for an ffn_act cut (b = batch / micro-batches), each as one dense payload.
+    """
+    p = PRESETS[cfg.model]
+    mb = cfg.batch_size // cfg.micro_batches
+    widths = [p.d_model] if cfg.params.cut == "block" else [p.ffn_dim, p.d_model]
+    codec = _wire_codec(cfg.torch_dtype)
+    per_micro = sum(codec.encoded_nbytes(torch.empty(mb, cfg.seq_len, w, dtype=cfg.torch_dtype))
+                    for w in widths)
+    return 2 * (cfg.world_size - 1) * cfg.micro_batches * per_micro
+
+
 def _fits_model(cfg: RunConfig) -> str | None:
-    blocks = model_info(cfg.model)["num_blocks"]
-    if cfg.world_size > blocks:
-        return f"{cfg.world_size} stages do not fit {cfg.model}, which has {blocks} blocks"
+    if cfg.model not in PRESETS:
+        return None  # the run reports the unknown model with the list of presets
+    blocks = PRESETS[cfg.model].num_blocks
+    if cfg.world_size > max_stages(blocks, cfg.params.cut):
+        return (f"{cfg.world_size} stages do not fit {cfg.model}, which has {blocks} blocks "
+                f"(at most {max_stages(blocks, cfg.params.cut)} stages with cut={cfg.params.cut})")
     return None
 
 
@@ -67,7 +91,7 @@ def fo_sgd(ctx):
         input_ids, labels = _batch(cfg, step)
         opt.zero_grad(set_to_none=True)
         total = 0.0
-        for ids, labs in zip(input_ids.chunk(cfg.micro_batches), labels.chunk(cfg.micro_batches)):
+        for ids, labs in zip(input_ids.chunk(cfg.micro_batches), labels.chunk(cfg.micro_batches), strict=True):
             loss = lm_loss(model(ids).logits, labs) / cfg.micro_batches
             loss.backward()
             total += loss.item()
@@ -82,7 +106,7 @@ def pipeline_sgd(ctx):
     cfg, p = ctx.cfg, ctx.params
     stage = build_stage(cfg.model, seed=cfg.seed, num_stages=ctx.world_size, stage_index=ctx.rank,
                         cut=p.cut, dtype=ctx.dtype)
-    wire = make_codec("fp64" if ctx.dtype == torch.float64 else "fp32")  # lossless for the run dtype
+    wire = _wire_codec(ctx.dtype)
     codecs = LinkCodecs(forward=wire, backward=wire)
     opt = _optimizer(stage.parameters(), p)
     ctx.tokens_per_step = cfg.batch_size * cfg.seq_len

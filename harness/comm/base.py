@@ -83,7 +83,7 @@ class Comm(ABC):
     def gather_objects(self, obj) -> list | None:
         """Control plane (not metered): rank 0 receives every rank's object."""
 
-    def close(self) -> None:
+    def close(self) -> None:  # noqa: B027 - optional hook, a no-op for in-process backends
         """Release backend resources."""
 
     # ---- helpers ---------------------------------------------------------

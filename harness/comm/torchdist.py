@@ -9,6 +9,7 @@ CommError within it (usually at once: gloo sees the closed connection).
 
 from __future__ import annotations
 
+import contextlib
 import datetime as _dt
 import os
 
@@ -48,11 +49,20 @@ class TorchDistComm(Comm):
         self.device = torch.device("cuda", torch.cuda.current_device()) if backend == "nccl" else torch.device("cpu")
         self._timeout = _dt.timedelta(seconds=self.timeout_s)
 
-    def _wait(self, work, what: str) -> None:
+    @contextlib.contextmanager
+    def _guard(self, what: str):
+        """Turn the backend's errors (closed peer, timeout) into CommError."""
         try:
+            yield
+        except CommError:
+            raise
+        except Exception as e:
+            first = str(e).splitlines()[0] if str(e) else type(e).__name__
+            raise CommError(f"rank {self.rank}: {what} failed: {first}") from e
+
+    def _wait(self, work, what: str) -> None:
+        with self._guard(what):
             ok = work.wait(self._timeout)
-        except Exception as e:  # gloo raises on a closed peer or a timeout
-            raise CommError(f"rank {self.rank}: {what} failed: {str(e).splitlines()[0] if str(e) else type(e).__name__}") from e
         if ok is False:
             raise CommError(f"rank {self.rank}: {what} timed out after {self.timeout_s:g} s")
 
@@ -61,13 +71,15 @@ class TorchDistComm(Comm):
 
     def _send_frame(self, data, dst, taghash):
         header = torch.tensor([data.numel(), taghash], dtype=torch.int64, device=self.device)
-        self._wait(dist.isend(header, dst), f"send header to rank {dst}")
-        if data.numel():
-            self._wait(dist.isend(self._to_dev(data), dst), f"send to rank {dst}")
+        with self._guard(f"send to rank {dst}"):
+            self._wait(dist.isend(header, dst), f"send to rank {dst}")
+            if data.numel():
+                self._wait(dist.isend(self._to_dev(data), dst), f"send to rank {dst}")
 
     def _recv_frame(self, src, taghash):
         header = torch.empty(2, dtype=torch.int64, device=self.device)
-        self._wait(dist.irecv(header, src), f"recv from rank {src}")
+        with self._guard(f"recv from rank {src}"):
+            self._wait(dist.irecv(header, src), f"recv from rank {src}")
         n, got = (int(v) for v in header.cpu())
         if got != taghash:
             raise CommError(f"rank {self.rank}: message from rank {src} has another tag than "
@@ -76,27 +88,32 @@ class TorchDistComm(Comm):
             raise CommError(f"rank {self.rank}: corrupt frame header from rank {src}")
         data = torch.empty(n, dtype=torch.uint8, device=self.device)
         if n:
-            self._wait(dist.irecv(data, src), f"recv from rank {src}")
+            with self._guard(f"recv from rank {src}"):
+                self._wait(dist.irecv(data, src), f"recv from rank {src}")
         return data.cpu()
 
     def _all_gather_raw(self, data):
         # Sizes first, so unequal contributions are an error rather than garbage.
         size = torch.tensor([data.numel()], dtype=torch.int64, device=self.device)
         sizes = [torch.empty_like(size) for _ in range(self.world_size)]
-        self._wait(dist.all_gather(sizes, size, async_op=True), "all_gather")
+        with self._guard("all_gather"):
+            self._wait(dist.all_gather(sizes, size, async_op=True), "all_gather")
         if len({int(s) for s in sizes}) != 1:
             raise CommError(f"rank {self.rank}: all_gather with unequal sizes {[int(s) for s in sizes]}")
         out = [torch.empty_like(data, device=self.device) for _ in range(self.world_size)]
-        self._wait(dist.all_gather(out, self._to_dev(data), async_op=True), "all_gather")
+        with self._guard("all_gather"):
+            self._wait(dist.all_gather(out, self._to_dev(data), async_op=True), "all_gather")
         return [o.cpu() for o in out]
 
     def _broadcast_raw(self, data, src):
         buf = self._to_dev(data)
-        self._wait(dist.broadcast(buf, src, async_op=True), "broadcast")
+        with self._guard("broadcast"):
+            self._wait(dist.broadcast(buf, src, async_op=True), "broadcast")
         return buf.cpu()
 
     def _barrier(self):
-        self._wait(dist.barrier(async_op=True), "barrier")
+        with self._guard("barrier"):
+            self._wait(dist.barrier(async_op=True), "barrier")
 
     def gather_objects(self, obj):
         out = [None] * self.world_size if self.rank == 0 else None

@@ -1,0 +1,147 @@
+"""The FO references: fo-sgd and pipeline-sgd train the same model on every
+backend, count exactly the bytes of the closed form, and fail cleanly."""
+
+from __future__ import annotations
+
+import os
+import time
+
+import pytest
+
+from algorithms.pipeline.sgd import pipeline_bytes_per_step
+from harness.launcher import RankFailed, run
+from harness.registry import make_config
+
+COMMON = dict(model="tiny-opt", data="wiki-en", steps=3, seed=7, batch_size=4, seq_len=16,
+              micro_batches=2)
+
+
+def _run(algo, world=1, backend="threads", **kw):
+    cfg = make_config(algo, world_size=world, backend=backend, **{**COMMON, **kw})
+    return cfg, run(cfg)
+
+
+@pytest.fixture(scope="module")
+def reference():
+    return {dt: _run("fo-sgd", dtype=dt)[1] for dt in ("float32", "float64")}
+
+
+def _sha(rec):
+    return rec.metrics["params_sha256"].value
+
+
+@pytest.mark.parametrize("world", [2, 4])
+@pytest.mark.parametrize("dtype", ["float32", "float64"])
+def test_pipeline_threads_equals_fo_sgd(reference, world, dtype):
+    cfg, rec = _run("pipeline-sgd", world, "threads", dtype=dtype)
+    assert _sha(rec) == _sha(reference[dtype])
+    assert rec.metrics["final_loss"].value == reference[dtype].metrics["final_loss"].value
+
+
+@pytest.mark.gloo
+@pytest.mark.parametrize("world", [2, 4])
+def test_pipeline_gloo_equals_fo_sgd_and_threads(reference, world):
+    cfg, rec = _run("pipeline-sgd", world, "gloo")
+    assert _sha(rec) == _sha(reference["float32"])
+    assert rec.metrics["payload_bytes_per_step"].value == pipeline_bytes_per_step(cfg)
+
+
+@pytest.mark.parametrize("model", ["tiny-opt", "tiny-gpt2", "tiny-llama"])
+@pytest.mark.parametrize("cut", ["block", "ffn_act"])
+def test_pipeline_equals_fo_for_every_family_and_cut(model, cut):
+    _, ref = _run("fo-sgd", model=model, steps=2)
+    cfg, rec = _run("pipeline-sgd", 2, model=model, steps=2, params={"cut": cut})
+    assert _sha(rec) == _sha(ref)
+
+
+def test_training_changes_the_parameters_and_lowers_the_loss():
+    # the equivalence above must not pass because nothing happened
+    _, a = _run("fo-sgd", steps=1)
+    _, b = _run("fo-sgd", steps=30, params={"lr": 0.2})
+    assert _sha(a) != _sha(b)
+    hist = b.history["loss"]
+    assert sum(hist[-5:]) / 5 < sum(hist[:5]) / 5
+
+
+@pytest.mark.parametrize("world,micro,cut", [(2, 1, "block"), (2, 2, "block"), (3, 4, "block"),
+                                             (4, 2, "ffn_act")])
+def test_counted_bytes_equal_the_closed_form(world, micro, cut):
+    cfg, rec = _run("pipeline-sgd", world, micro_batches=micro, batch_size=4, params={"cut": cut})
+    m = rec.metrics
+    assert m["payload_bytes_per_step"].value == pipeline_bytes_per_step(cfg)
+    # one message per boundary tensor per micro-batch per link, each way
+    tensors = 2 if cut == "ffn_act" else 1
+    assert m["messages_per_step"].value == 2 * (world - 1) * micro * tensors
+    # per rank: stage r sends activations forward (r < last) and gradients back (r > 0)
+    sends = [pr["metrics"]["messages_per_step"].value for pr in rec.per_rank]
+    assert sends == [micro * tensors * ((r < world - 1) + (r > 0)) for r in range(world)]
+
+
+def test_closed_form_is_hidden_state_bytes():
+    # block cut, fp32 on the wire: B/micro x T x d floats per message plus the codec header
+    from algorithms.codecs import make_codec
+    from harness.models import PRESETS
+
+    cfg = make_config("pipeline-sgd", world_size=2, **COMMON)
+    d = PRESETS["tiny-opt"].d_model
+    mb = cfg.batch_size // cfg.micro_batches
+    import torch
+
+    header = make_codec("fp32").encoded_nbytes(torch.empty(mb, cfg.seq_len, d)) - mb * cfg.seq_len * d * 4
+    assert 0 < header < 64
+    assert pipeline_bytes_per_step(cfg) == 2 * cfg.micro_batches * (mb * cfg.seq_len * d * 4 + header)
+
+
+def test_unmetered_run_counts_nothing_but_trains_the_same():
+    _, a = _run("pipeline-sgd", 2)
+    _, b = _run("pipeline-sgd", 2, metered=False)
+    assert _sha(a) == _sha(b)
+    assert b.metrics["payload_bytes_per_step"].value == 0
+    assert a.metrics["payload_bytes_per_step"].value > 0
+
+
+def test_record_has_every_required_metric():
+    from harness.results import REQUIRED_METRICS
+
+    _, rec = _run("pipeline-sgd", 2)
+    for name in REQUIRED_METRICS:
+        assert name in rec.metrics
+    assert rec.data_kind == "real"
+    assert rec.metrics["peak_memory_bytes"].value > 0
+    assert len(rec.per_rank) == 2
+
+
+@pytest.mark.gloo
+@pytest.mark.parametrize("how", ["raise", "exit"])
+def test_a_failing_gloo_rank_ends_the_run_with_its_name(how):
+    cfg = make_config("pipeline-sgd", world_size=3, backend="gloo", timeout_s=20,
+                      inject_fault=f"1@1:{how}", **{**COMMON, "steps": 4})
+    t0 = time.monotonic()
+    with pytest.raises(RankFailed) as info:
+        run(cfg)
+    assert info.value.rank == 1
+    msg = str(info.value)
+    assert ("InjectedFault: injected fault at step 1" in msg) if how == "raise" else ("died" in msg)
+    assert time.monotonic() - t0 < 60
+    _assert_no_rank_processes_left()
+
+
+def test_a_failing_threads_rank_ends_the_run():
+    cfg = make_config("pipeline-sgd", world_size=2, inject_fault="0@1", timeout_s=20, **COMMON)
+    with pytest.raises(RankFailed, match="rank 0 failed: InjectedFault"):
+        run(cfg)
+
+
+def _assert_no_rank_processes_left():
+    mine = os.getpid()
+    for pid in os.listdir("/proc"):
+        if not pid.isdigit():
+            continue
+        try:
+            with open(f"/proc/{pid}/stat") as f:
+                ppid = int(f.read().rsplit(")", 1)[1].split()[1])
+            with open(f"/proc/{pid}/cmdline", "rb") as f:
+                cmd = f.read()
+        except OSError:
+            continue
+        assert not (ppid == mine and b"harness.rank_entry" in cmd), f"stray rank process {pid}"

