@@ -32,6 +32,7 @@ class RankOutput:
     history: dict[str, list[float]]
     step_times: list[float]
     peak_memory_bytes: int
+    peak_memory_growth_bytes: int  # peak minus what was in use when the window opened
     peak_memory_reset: bool
     sent_bytes: int
     sent_messages: int
@@ -99,6 +100,7 @@ class RankContext:
             self._wire0 = meters.interface_bytes(self._netif)
         self._snap0 = self.comm.meter.snapshot()
         self._reset_ok = meters.reset_peak_memory(self.device)
+        self._mem0 = meters.current_memory_bytes(self.device)
 
     def _close_window(self) -> None:
         self._window = self.comm.meter.snapshot() - self._snap0
@@ -113,13 +115,15 @@ class RankContext:
         if self._window is None:
             raise RuntimeError("ctx.finish() before the ctx.steps() loop completed")
         sent_b, sent_m = self._window.total("sent")
+        peak = meters.peak_memory_bytes(self.device)
         recv_b, _ = self._window.total("received")
         return RankOutput(
             rank=self.rank,
             params=[(int(i), p.detach().to("cpu", torch.float32).clone()) for i, p in params],
             history=self.history,
             step_times=list(self._timer.times),
-            peak_memory_bytes=meters.peak_memory_bytes(self.device),
+            peak_memory_bytes=peak,
+            peak_memory_growth_bytes=max(0, peak - self._mem0),
             peak_memory_reset=self._reset_ok,
             sent_bytes=sent_b,
             sent_messages=sent_m,

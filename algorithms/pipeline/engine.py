@@ -25,17 +25,18 @@ class LinkCodecs:
 
 
 def _send(comm, t: torch.Tensor, dst: int, codec: Codec, tag: str) -> None:
-    comm.send(codec.encode(t.detach()).data, dst, tag=tag)
+    comm.send(codec.encode(t.detach().cpu()).data, dst, tag=tag)
 
 
-def _recv(comm, src: int, codec: Codec, tag: str) -> torch.Tensor:
-    return codec.decode(Payload(comm.recv(src, tag=tag)))
+def _recv(comm, src: int, codec: Codec, tag: str, device: torch.device) -> torch.Tensor:
+    return codec.decode(Payload(comm.recv(src, tag=tag))).to(device)
 
 
 def pipeline_step(comm, stage: Stage, input_ids: torch.Tensor, labels: torch.Tensor,
                   micro_batches: int, codecs: LinkCodecs) -> float | None:
     """Forward and backward of one batch on this stage; returns the loss on the last stage."""
     rank, last = comm.rank, comm.world_size - 1
+    device = input_ids.device
     ids = input_ids.chunk(micro_batches)
     labs = labels.chunk(micro_batches)
     saved = []
@@ -44,7 +45,7 @@ def pipeline_step(comm, stage: Stage, input_ids: torch.Tensor, labels: torch.Ten
         if rank == 0:
             inputs = (ids[mb],)
         else:
-            inputs = tuple(_recv(comm, rank - 1, codecs.forward, "act").requires_grad_()
+            inputs = tuple(_recv(comm, rank - 1, codecs.forward, "act", device).requires_grad_()
                            for _ in stage.input_names)
         outputs = stage(*inputs)
         if rank == last:
@@ -59,7 +60,7 @@ def pipeline_step(comm, stage: Stage, input_ids: torch.Tensor, labels: torch.Ten
         if rank == last:
             outputs[0].backward()
         else:
-            grads = tuple(_recv(comm, rank + 1, codecs.backward, "grad") for _ in outputs)
+            grads = tuple(_recv(comm, rank + 1, codecs.backward, "grad", device) for _ in outputs)
             torch.autograd.backward(outputs, grads)
         if rank > 0:
             for t in inputs:

@@ -44,9 +44,10 @@ def _optimizer(params, p: SGDParams) -> torch.optim.Optimizer:
     return torch.optim.SGD(params, lr=p.lr, momentum=p.momentum, foreach=False)
 
 
-def _batch(cfg: RunConfig, step: int):
-    return get_dataset(cfg.data).batch(step, batch_size=cfg.batch_size, seq_len=cfg.seq_len,
-                                       seed=cfg.seed)
+def _batch(cfg: RunConfig, step: int, device: torch.device):
+    ids, labels = get_dataset(cfg.data).batch(step, batch_size=cfg.batch_size, seq_len=cfg.seq_len,
+                                              seed=cfg.seed)
+    return ids.to(device), labels.to(device)
 
 
 def _wire_codec(dtype: torch.dtype):
@@ -84,11 +85,11 @@ def _fits_model(cfg: RunConfig) -> str | None:
           summary="first-order SGD on the unsplit model in one process (the reference)")
 def fo_sgd(ctx):
     cfg, p = ctx.cfg, ctx.params
-    model = build_model(cfg.model, seed=cfg.seed, dtype=ctx.dtype)
+    model = build_model(cfg.model, seed=cfg.seed, dtype=ctx.dtype, device=ctx.device)
     opt = _optimizer(model.parameters(), p)
     ctx.tokens_per_step = cfg.batch_size * cfg.seq_len
     for step in ctx.steps():
-        input_ids, labels = _batch(cfg, step)
+        input_ids, labels = _batch(cfg, step, ctx.device)
         opt.zero_grad(set_to_none=True)
         total = 0.0
         for ids, labs in zip(input_ids.chunk(cfg.micro_batches), labels.chunk(cfg.micro_batches), strict=True):
@@ -105,13 +106,13 @@ def fo_sgd(ctx):
 def pipeline_sgd(ctx):
     cfg, p = ctx.cfg, ctx.params
     stage = build_stage(cfg.model, seed=cfg.seed, num_stages=ctx.world_size, stage_index=ctx.rank,
-                        cut=p.cut, dtype=ctx.dtype)
+                        cut=p.cut, dtype=ctx.dtype, device=ctx.device)
     wire = _wire_codec(ctx.dtype)
     codecs = LinkCodecs(forward=wire, backward=wire)
     opt = _optimizer(stage.parameters(), p)
     ctx.tokens_per_step = cfg.batch_size * cfg.seq_len
     for step in ctx.steps():
-        input_ids, labels = _batch(cfg, step)
+        input_ids, labels = _batch(cfg, step, ctx.device)
         opt.zero_grad(set_to_none=True)
         loss = pipeline_step(ctx.comm, stage, input_ids, labels, cfg.micro_batches, codecs)
         opt.step()
