@@ -1,3 +1,4 @@
-"""Algorithms by family.  Importing this package registers every algorithm."""
+"""Algorithms by family.  Importing this package registers every algorithm
+(and every experiment behind ``commbench reproduce``)."""
 
-from . import pipeline  # noqa: F401  (registers fo-sgd, pipeline-sgd)
+from . import dataparallel, pipeline, zo  # noqa: F401

@@ -41,6 +41,7 @@ def cmd_list(args) -> int:
     from .models import PRESETS
     from .registry import load_all
 
+    load_all()
     con = _console()
     t = Table(title="algorithms")
     for c in ("name", "family", "world size", "summary"):

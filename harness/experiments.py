@@ -36,7 +36,10 @@ def experiment(name: str, summary: str):
 
 def run_experiments(name: str, *, scale: str, out_dir: Path, quiet: bool = False) -> list[Table]:
     from .config import ConfigError
+    from .registry import load_all
     from .tables import print_table, render, write_table
+
+    load_all()  # algorithm families register their experiments on import
 
     if name != "all" and name not in EXPERIMENTS:
         raise ConfigError(f"unknown experiment {name!r}; choose from all, {', '.join(EXPERIMENTS)}")

@@ -1,0 +1,1 @@
+"""Data-parallel family: parameter servers and double quantisation (AsyLPG and baselines)."""

@@ -1,0 +1,1 @@
+"""Zeroth-order family: seeded perturbations, MeZO, SparQ, ZO2 / DistZO2."""
