@@ -51,6 +51,7 @@ __all__ = [
     "UniformDataset",
     "WikiDataset",
     "get_dataset",
+    "register_dataset",
 ]
 
 SPLITS = ("train", "val")
@@ -345,6 +346,18 @@ _FACTORIES: dict[str, type[Dataset]] = {
 
 #: name -> one-line description
 DATASETS: dict[str, str] = {name: cls.description for name, cls in _FACTORIES.items()}
+
+
+def register_dataset(cls: type[Dataset]) -> type[Dataset]:
+    """Add a dataset class (usable as a decorator); algorithm families use this
+    for data that is not token streams, e.g. the convex problems' tables."""
+    if not cls.name or cls.kind not in ("real", "synthetic"):
+        raise ValueError(f"{cls.__name__} needs a name and kind 'real' or 'synthetic'")
+    if cls.name in _FACTORIES and _FACTORIES[cls.name] is not cls:
+        raise ValueError(f"dataset {cls.name!r} is registered twice")
+    _FACTORIES[cls.name] = cls
+    DATASETS[cls.name] = cls.description
+    return cls
 
 
 @functools.cache

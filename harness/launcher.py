@@ -46,11 +46,13 @@ def validate(cfg: RunConfig) -> None:
     from .data import DATASETS
     from .models import PRESETS
 
-    if cfg.model not in PRESETS:
-        raise ConfigError(f"unknown model {cfg.model!r}; choose from {', '.join(PRESETS)}")
+    spec = get_algorithm(cfg.algorithm)
+    models = spec.models if spec.models is not None else tuple(PRESETS)
+    if cfg.model not in models:
+        raise ConfigError(f"unknown model {cfg.model!r} for {cfg.algorithm}; choose from {', '.join(models)}")
     if cfg.data not in DATASETS:
         raise ConfigError(f"unknown data {cfg.data!r}; choose from {', '.join(DATASETS)}")
-    get_algorithm(cfg.algorithm).validate(cfg)
+    spec.validate(cfg)
     if cfg.backend == "nccl":
         import torch
 

@@ -24,6 +24,10 @@ class AlgorithmSpec:
     max_world: int | None = None
     paper: str | None = None
     check: Callable[[RunConfig], str | None] | None = None  # extra fit rules
+    # Models the algorithm trains, when not the transformer presets of
+    # harness.models (e.g. a convex problem); the first is the default.
+    models: tuple[str, ...] | None = None
+    default_data: str | None = None
 
     def validate(self, cfg: RunConfig) -> None:
         w = cfg.world_size
@@ -65,6 +69,10 @@ def get_algorithm(name: str) -> AlgorithmSpec:
 def make_config(algorithm: str, **overrides) -> RunConfig:
     """A validated RunConfig with the algorithm's default params (and overrides)."""
     spec = get_algorithm(algorithm)
+    if spec.models and overrides.get("model") is None:
+        overrides["model"] = spec.models[0]
+    if spec.default_data and overrides.get("data") is None:
+        overrides["data"] = spec.default_data
     params = overrides.pop("params", None)
     if isinstance(params, dict):
         params = spec.params(**params)
