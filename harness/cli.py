@@ -29,7 +29,7 @@ class _Parser(argparse.ArgumentParser):
 def _console():
     from rich.console import Console
 
-    return Console(stderr=False)
+    return Console(width=None if sys.stdout.isatty() else 220)  # logs get full rows
 
 
 # --------------------------------------------------------------------------- list
@@ -173,6 +173,39 @@ def cmd_table(args) -> int:
     return 0
 
 
+# --------------------------------------------------------------------------- compare
+def cmd_compare(args) -> int:
+    from rich.table import Table
+
+    from .compare import compare
+
+    changes, notes = compare(args.old, args.new)
+    regressions = [c for c in changes if c.regression]
+    t = Table(title=f"commbench compare {args.old} -> {args.new}")
+    for col in ("run", "metric", "old", "new", "verdict"):
+        t.add_column(col)
+    for c in changes:
+        if c.deterministic and not c.regression and not args.all:
+            continue
+        verdict = ("REGRESSION" if c.regression else "same") if c.deterministic else c.note
+        t.add_row(c.run, c.metric, _short(c.old), _short(c.new), verdict)
+    _console().print(t)
+    for n in notes:
+        print(n)
+    same = sum(1 for c in changes if c.deterministic and not c.regression)
+    print(f"{len(regressions)} deterministic change(s), {same} deterministic metric(s) unchanged; "
+          "time and memory are reported, never failed on")
+    return 1 if regressions else 0
+
+
+def _short(v) -> str:
+    if isinstance(v, str) and len(v) == 64:
+        return v[:12]
+    if isinstance(v, float):
+        return f"{v:.6g}"
+    return str(v)
+
+
 # --------------------------------------------------------------------------- reproduce
 def cmd_reproduce(args) -> int:
     from .experiments import run_experiments
@@ -219,6 +252,13 @@ def make_parser() -> argparse.ArgumentParser:
     t.add_argument("--reference", help="paper name or CSV under results/reference/")
     t.add_argument("--out", help="write the table here instead of stdout")
     t.set_defaults(fn=cmd_table)
+
+    c = sub.add_parser("compare", help="regression report between two result sets or commits "
+                       "(non-zero exit on changed bytes, messages or equivalence hashes)")
+    c.add_argument("old", help="result file/directory, or a git commit with asv results")
+    c.add_argument("new")
+    c.add_argument("--all", action="store_true", help="also list unchanged deterministic metrics")
+    c.set_defaults(fn=cmd_compare)
 
     rp = sub.add_parser("reproduce", help="run a paper's comparison at this machine's scale")
     rp.add_argument("paper", help="experiment name, or 'all'")

@@ -13,6 +13,7 @@ Aggregation rules (stated once, used by every algorithm):
 
 from __future__ import annotations
 
+import math
 import statistics
 
 import torch
@@ -40,7 +41,11 @@ def build_record(cfg: RunConfig, outputs: list[RankOutput]) -> ResultRecord:
     steps = cfg.steps
     sent = sum(o.sent_bytes for o in outputs)
     msgs = sum(o.sent_messages for o in outputs)
-    step_time = max(statistics.median(o.step_times) for o in outputs)
+    slowest = max(outputs, key=lambda o: statistics.median(o.step_times))
+    step_time = statistics.median(slowest.step_times)
+    n = len(slowest.step_times)
+    # standard error of a median ~ 1.2533 sigma / sqrt(n) (normal approximation)
+    step_se = 1.2533 * statistics.stdev(slowest.step_times) / math.sqrt(n) if n > 1 else None
     tokens = max(o.tokens_per_step for o in outputs)
     losses = [o.history["loss"][-1] for o in outputs if o.history.get("loss")]
     if not losses:
@@ -56,7 +61,7 @@ def build_record(cfg: RunConfig, outputs: list[RankOutput]) -> ResultRecord:
         "framing_bytes_per_step": m(sum(o.framing_bytes for o in outputs) / steps, "bytes", False),
         "peak_memory_bytes": m(max(o.peak_memory_bytes for o in outputs), "bytes", False),
         "peak_memory_growth_bytes": m(max(o.peak_memory_growth_bytes for o in outputs), "bytes", False),
-        "step_time_s": m(step_time, "s", False),
+        "step_time_s": Metric(value=step_time, unit="s", higher_is_better=False, stderr=step_se),
         "throughput_tokens_per_s": m(tokens / step_time if step_time > 0 else 0.0, "tokens/s", True),
         "tokens_per_step": m(tokens, "tokens"),
         "final_loss": m(final_loss, "nats/token", False),

@@ -1,0 +1,58 @@
+"""Shared machinery of the asv suite.
+
+``RunSuite`` subclasses name a set of runs; ``setup_cache`` executes them
+once (so every ``track_*`` of the class reads the same runs) and the
+``track_*`` methods return one metric each.
+"""
+
+from __future__ import annotations
+
+
+def _run_all(runs: dict, common: dict) -> dict:
+    import torch
+
+    from harness.launcher import run
+    from harness.registry import make_config
+
+    torch.set_num_threads(1)
+    out = {}
+    for key, (algo, kw) in runs.items():
+        rec = run(make_config(algo, **{**common, **kw}))
+        out[key] = {k: m.value for k, m in rec.metrics.items()}
+    return out
+
+
+class RunSuite:
+    runs: dict = {}
+    common: dict = {}
+    params: list = []
+    param_names = ["run"]
+    timeout = 900
+
+    def setup_cache(self):
+        return _run_all(self.runs, self.common)
+
+    def track_payload_bytes_per_step(self, cache, key):
+        return cache[key]["payload_bytes_per_step"]
+
+    track_payload_bytes_per_step.unit = "bytes"
+
+    def track_messages_per_step(self, cache, key):
+        return cache[key]["messages_per_step"]
+
+    track_messages_per_step.unit = "messages"
+
+    def track_peak_memory_bytes(self, cache, key):
+        return cache[key]["peak_memory_bytes"]
+
+    track_peak_memory_bytes.unit = "bytes"
+
+    def track_peak_memory_growth_bytes(self, cache, key):
+        return cache[key]["peak_memory_growth_bytes"]
+
+    track_peak_memory_growth_bytes.unit = "bytes"
+
+    def track_seconds_per_step(self, cache, key):
+        return cache[key]["step_time_s"]
+
+    track_seconds_per_step.unit = "seconds"

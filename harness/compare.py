@@ -1,0 +1,140 @@
+"""Regression report between two result sets (``commbench compare OLD NEW``).
+
+Runs are matched by what defines them: algorithm, model, data, world size,
+backend, steps, seed and the rest of the resolved config.  Deterministic
+metrics — bytes and messages per step, and the ``params_sha256`` equivalence
+hash — must be equal: any change is a regression and makes the command exit
+non-zero.  Time and memory are reported as ratios with their noise, and never
+fail the comparison (these machines are shared and noisy).
+
+OLD and NEW are result files or directories of them, or git commits whose
+asv results are stored under ``results/asv/<machine>/`` (then the asv
+``track_payload_*`` / ``track_messages_*`` benchmarks are the deterministic
+ones).
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import subprocess
+from dataclasses import dataclass
+from pathlib import Path
+
+from .results import ResultRecord, read_results
+
+DETERMINISTIC = ("payload_bytes_per_step", "messages_per_step", "framing_bytes_per_step",
+                 "tokens_per_step", "params_sha256")
+NOISY = ("step_time_s", "peak_memory_bytes", "peak_memory_growth_bytes")
+NOISE_SIGMAS = 3.0  # a noisy change is "significant" beyond this many standard errors
+
+
+@dataclass
+class Change:
+    run: str
+    metric: str
+    old: object
+    new: object
+    deterministic: bool
+    note: str = ""
+
+    @property
+    def regression(self) -> bool:
+        return self.deterministic and self.old != self.new
+
+
+def _key(rec: ResultRecord) -> str:
+    cfg = dict(rec.config)
+    cfg.pop("metered", None)
+    cfg.pop("timeout_s", None)
+    return json.dumps({"algorithm": rec.algorithm, **cfg}, sort_keys=True, default=str)
+
+
+def _label(rec: ResultRecord) -> str:
+    return f"{rec.algorithm} {rec.model} w{rec.world_size} {rec.backend} seed{rec.seed}"
+
+
+def compare_records(old: list[ResultRecord], new: list[ResultRecord]) -> tuple[list[Change], list[str]]:
+    """Changes per matched run, and notes on runs present on one side only."""
+    o = {_key(r): r for r in old}
+    n = {_key(r): r for r in new}
+    changes, notes = [], []
+    for k in sorted(set(o) | set(n)):
+        if k not in n:
+            notes.append(f"only in OLD: {_label(o[k])}")
+            continue
+        if k not in o:
+            notes.append(f"only in NEW: {_label(n[k])}")
+            continue
+        a, b = o[k], n[k]
+        for name in DETERMINISTIC:
+            if name in a.metrics or name in b.metrics:
+                va = a.metrics[name].value if name in a.metrics else None
+                vb = b.metrics[name].value if name in b.metrics else None
+                changes.append(Change(_label(a), name, va, vb, True))
+        for name in NOISY:
+            if name in a.metrics and name in b.metrics:
+                ma, mb = a.metrics[name], b.metrics[name]
+                changes.append(Change(_label(a), name, ma.value, mb.value, False, _noise_note(ma, mb)))
+    return changes, notes
+
+
+def _noise_note(ma, mb) -> str:
+    if not ma.value:
+        return ""
+    ratio = mb.value / ma.value
+    if ma.stderr is not None and mb.stderr is not None:
+        se = math.hypot(ma.stderr, mb.stderr)
+        sig = abs(mb.value - ma.value) > NOISE_SIGMAS * se
+        return f"x{ratio:.3f} (±{se / ma.value:.1%} noise; {'significant' if sig else 'within noise'})"
+    return f"x{ratio:.3f} (noise unknown)"
+
+
+# --------------------------------------------------------------------------- asv results of commits
+def _asv_results(rev: str, root: Path = Path("results/asv")) -> dict[str, float]:
+    try:
+        sha = subprocess.run(["git", "rev-parse", rev], capture_output=True, text=True,
+                             check=True).stdout.strip()
+    except (subprocess.CalledProcessError, FileNotFoundError):
+        raise ValueError(f"{rev!r} is neither a result file/directory nor a git commit") from None
+    files = sorted(p for p in root.glob(f"*/{sha[:8]}-*.json"))
+    if not files:
+        raise ValueError(f"no asv results for commit {sha[:8]} under {root}/ (run scripts/asv.sh {rev})")
+    out: dict[str, float] = {}
+    for f in files:
+        data = json.loads(f.read_text())
+        cols = data["result_columns"]
+        for bench, row in data["results"].items():
+            row = dict(zip(cols, row, strict=False))
+            values, params = row.get("result"), row.get("params") or []
+            if values is None:
+                continue
+            names = [",".join(p) for p in _product(params)] if params else [""]
+            for name, v in zip(names, values, strict=False):
+                out[f"{bench}({name})" if name else bench] = v
+    return out
+
+
+def _product(params: list[list[str]]) -> list[tuple[str, ...]]:
+    import itertools
+
+    return list(itertools.product(*params))
+
+
+def compare_commits(old: str, new: str) -> tuple[list[Change], list[str]]:
+    a, b = _asv_results(old), _asv_results(new)
+    changes, notes = [], []
+    for k in sorted(set(a) | set(b)):
+        if k not in a or k not in b:
+            notes.append(f"only in {'NEW' if k in b else 'OLD'}: {k}")
+            continue
+        det = ".track_payload" in k or ".track_messages" in k
+        note = "" if det or not a[k] else f"x{b[k] / a[k]:.3f} (single asv sample; noise unknown)"
+        changes.append(Change(k, k.split(".")[-1].split("(")[0], a[k], b[k], det, note))
+    return changes, notes
+
+
+def compare(old: str, new: str) -> tuple[list[Change], list[str]]:
+    if Path(old).exists() and Path(new).exists():
+        return compare_records(read_results(old), read_results(new))
+    return compare_commits(old, new)
