@@ -1,0 +1,363 @@
+"""Payload container, wire header and the abstract :class:`Codec`.
+
+Wire header (version 1), little-endian, ``h0 = 10 + 4*ndim + P`` bytes::
+
+    offset  size     field
+    0       2        magic b"CB"
+    2       1        version (1)
+    3       1        codec family id (see ``FAMILY_*``)
+    4       1        original dtype code (see ``DTYPE_CODES``)
+    5       1        ndim (0..16)
+    6       4*ndim   shape, one uint32 per dimension
+    ...     P        codec parameters (fixed size per family: ``PARAM_SIZES``)
+    ...     4        CRC-32 (zlib) of every header byte before it
+
+The body follows the header.  Its length is a function of the header alone, so a
+decoder checks ``len(payload) == h0 + body`` before reading it.  The CRC makes
+every single-byte (and every burst up to 32 bits) corruption of the header
+detectable, so a corrupted header can never decode to a wrong shape or dtype.
+The body is not checksummed (transports checksum their frames); its structure
+(index order and range, bitmap population, padding bits) is validated instead.
+"""
+
+from __future__ import annotations
+
+import abc
+import math
+import struct
+import sys
+import zlib
+from dataclasses import dataclass
+from typing import ClassVar
+
+import torch
+
+MAGIC = b"CB"
+VERSION = 1
+MAX_NDIM = 16
+FIXED_HEADER = 6  # magic, version, codec id, dtype, ndim
+CRC_BYTES = 4
+LITTLE_ENDIAN = sys.byteorder == "little"
+
+# codec family ids on the wire
+FAMILY_DENSE = 1
+FAMILY_QSTOCH = 2
+FAMILY_QCHANNEL = 3
+FAMILY_SPARSE = 4
+FAMILY_TOPK = 5
+FAMILY_RANDK = 6
+
+# size P of the parameter block per family
+PARAM_SIZES: dict[int, int] = {
+    FAMILY_DENSE: 1,  # wire dtype code
+    FAMILY_QSTOCH: 5,  # bits u8, delta f32
+    FAMILY_QCHANNEL: 7,  # bits u8, flags u8, format u8, k u32
+    FAMILY_SPARSE: 7,  # value bits u8 (0 = raw dtype), flags u8, format u8, k u32
+    FAMILY_TOPK: 7,  # same layout as sparse
+    FAMILY_RANDK: 7,  # same layout as sparse
+}
+FAMILY_NAMES: dict[int, str] = {
+    FAMILY_DENSE: "dense",
+    FAMILY_QSTOCH: "qstoch",
+    FAMILY_QCHANNEL: "qchannel",
+    FAMILY_SPARSE: "sparse",
+    FAMILY_TOPK: "topk",
+    FAMILY_RANDK: "randk",
+}
+
+DTYPE_CODES: dict[torch.dtype, int] = {
+    torch.float32: 1,
+    torch.float64: 2,
+    torch.float16: 3,
+    torch.bfloat16: 4,
+    torch.uint8: 5,
+    torch.int8: 6,
+    torch.int16: 7,
+    torch.int32: 8,
+    torch.int64: 9,
+    torch.bool: 10,
+}
+CODE_DTYPES: dict[int, torch.dtype] = {v: k for k, v in DTYPE_CODES.items()}
+FLOAT_DTYPES = (torch.float32, torch.float64, torch.float16, torch.bfloat16)
+INT_DTYPES = (torch.uint8, torch.int8, torch.int16, torch.int32, torch.int64)
+U32_MAX = 2**32 - 1
+
+
+class CodecError(ValueError):
+    """Malformed, truncated or corrupted payload, or a bad codec parameter."""
+
+
+@dataclass(frozen=True, eq=False)
+class Payload:
+    """The bytes that travel: a 1-D, contiguous, CPU ``uint8`` tensor.
+
+    ``nbytes`` is exactly what a byte meter must count.  Decoding reads only
+    ``data``: header (shape, dtype, codec parameters) and body.
+    """
+
+    data: torch.Tensor
+
+    def __post_init__(self) -> None:
+        d = self.data
+        if not isinstance(d, torch.Tensor):
+            raise CodecError(f"payload data must be a torch.Tensor, got {type(d).__name__}")
+        if (
+            d.dtype != torch.uint8
+            or d.dim() != 1
+            or d.device.type != "cpu"
+            or not d.is_contiguous()
+        ):
+            raise CodecError(
+                "payload data must be a 1-D contiguous CPU uint8 tensor, got "
+                f"dtype={d.dtype}, shape={tuple(d.shape)}, device={d.device}"
+            )
+
+    @property
+    def nbytes(self) -> int:
+        return int(self.data.numel())
+
+    def tobytes(self) -> bytes:
+        return self.data.numpy().tobytes()
+
+    @classmethod
+    def frombytes(cls, raw: bytes | bytearray | memoryview) -> Payload:
+        return cls(torch.frombuffer(bytearray(raw), dtype=torch.uint8))
+
+    def __len__(self) -> int:
+        return self.nbytes
+
+    def __repr__(self) -> str:
+        return f"Payload(nbytes={self.nbytes})"
+
+
+def header_nbytes(ndim: int, family: int) -> int:
+    """``h0 = 10 + 4*ndim + P(family)``: fixed fields, shape, parameters and CRC."""
+    return FIXED_HEADER + 4 * ndim + PARAM_SIZES[family] + CRC_BYTES
+
+
+def build_header(family: int, dtype: torch.dtype, shape: tuple[int, ...], params: bytes) -> bytes:
+    if len(params) != PARAM_SIZES[family]:  # pragma: no cover - programming error
+        raise AssertionError("parameter block has the wrong size")
+    head = MAGIC + struct.pack("<BBBB", VERSION, family, DTYPE_CODES[dtype], len(shape))
+    head += struct.pack(f"<{len(shape)}I", *shape) + params
+    return head + struct.pack("<I", zlib.crc32(head))
+
+
+@dataclass(frozen=True)
+class Header:
+    family: int
+    dtype: torch.dtype
+    shape: tuple[int, ...]
+    params: bytes
+    nbytes: int
+
+    @property
+    def numel(self) -> int:
+        return math.prod(self.shape)
+
+
+def as_payload_tensor(p: object) -> torch.Tensor:
+    """Accept a :class:`Payload`, a uint8 tensor or bytes; return the uint8 tensor."""
+    if isinstance(p, Payload):
+        return p.data
+    if isinstance(p, (bytes, bytearray, memoryview)):
+        return Payload.frombytes(p).data
+    if isinstance(p, torch.Tensor):
+        return Payload(p).data
+    raise CodecError(f"cannot decode an object of type {type(p).__name__}; expected a Payload")
+
+
+def peek_family(data: torch.Tensor) -> int:
+    if data.numel() < FIXED_HEADER:
+        raise CodecError(
+            f"truncated payload: {data.numel()} bytes, a header needs at least {FIXED_HEADER}"
+        )
+    head = bytes(data[:FIXED_HEADER].tolist())
+    if head[:2] != MAGIC:
+        raise CodecError(
+            f"bad magic {head[:2]!r}: not a commbench codec payload (expected {MAGIC!r})"
+        )
+    if head[2] != VERSION:
+        raise CodecError(
+            f"unsupported payload version {head[2]} (this decoder reads version {VERSION})"
+        )
+    if head[3] not in PARAM_SIZES:
+        raise CodecError(
+            f"unknown codec id {head[3]} in payload header (known: {sorted(PARAM_SIZES)})"
+        )
+    return head[3]
+
+
+def parse_header(data: torch.Tensor, expect_family: int | None = None) -> Header:
+    """Validate and parse the header; raises :class:`CodecError` on any defect."""
+    family = peek_family(data)
+    if expect_family is not None and family != expect_family:
+        raise CodecError(
+            f"payload was made by codec family {FAMILY_NAMES[family]!r} (id {family}), "
+            f"not {FAMILY_NAMES[expect_family]!r} (id {expect_family})"
+        )
+    head = bytes(data[:FIXED_HEADER].tolist())
+    dcode, ndim = head[4], head[5]
+    if ndim > MAX_NDIM:
+        raise CodecError(f"corrupted header: ndim {ndim} > {MAX_NDIM}")
+    h0 = header_nbytes(ndim, family)
+    if data.numel() < h0:
+        raise CodecError(f"truncated payload: {data.numel()} bytes, header needs {h0}")
+    raw = bytes(data[:h0].tolist())
+    (crc,) = struct.unpack_from("<I", raw, h0 - CRC_BYTES)
+    if zlib.crc32(raw[: h0 - CRC_BYTES]) != crc:
+        raise CodecError("corrupted header: CRC-32 mismatch")
+    if dcode not in CODE_DTYPES:
+        raise CodecError(f"corrupted header: unknown dtype code {dcode}")
+    shape = struct.unpack_from(f"<{ndim}I", raw, FIXED_HEADER)
+    params = raw[FIXED_HEADER + 4 * ndim : h0 - CRC_BYTES]
+    return Header(family, CODE_DTYPES[dcode], tuple(int(s) for s in shape), params, h0)
+
+
+def check_body_length(data: torch.Tensor, hdr: Header, body: int) -> None:
+    want = hdr.nbytes + body
+    got = data.numel()
+    if got < want:
+        raise CodecError(f"truncated payload: {got} bytes, header announces {want}")
+    if got > want:
+        raise CodecError(f"payload has {got - want} trailing bytes after the {want} announced")
+
+
+def log2_binom(n: int, k: int) -> float:
+    """log2 C(n, k), via lgamma (exact enough for a floor in bits)."""
+    if k < 0 or k > n:
+        raise ValueError("k out of range")
+    if k == 0 or k == n:
+        return 0.0
+    return (math.lgamma(n + 1) - math.lgamma(k + 1) - math.lgamma(n - k + 1)) / math.log(2)
+
+
+def parse_bool(name: str, value: str) -> bool:
+    v = value.strip().lower()
+    if v in ("1", "true", "yes", "on"):
+        return True
+    if v in ("0", "false", "no", "off"):
+        return False
+    raise CodecError(f"option {name}={value!r} is not a boolean (use true or false)")
+
+
+class Codec(abc.ABC):
+    """A message codec: ``encode(x) -> Payload`` and ``decode(Payload) -> x̂``.
+
+    Declared properties (each is tested in ``checks/test_codecs.py``):
+
+    * ``unbiased``: ``E[decode(encode(x))] = x`` over the codec's randomness.
+    * ``contraction_bound(numel)``: ``ω`` with ``E‖C(x)−x‖² ≤ ω²‖x‖²``, or
+      ``None`` when no bound is claimed.  ``contraction`` holds it when it does
+      not depend on the size.
+    * ``is_lossless_on(x)``: ``x`` lies in the domain the codec reproduces exactly.
+    * ``encoded_nbytes(x)``: the closed-form payload size (equals ``encode(x).nbytes``).
+    * ``floor_bits(x)``: an information-theoretic floor for the message in bits.
+    """
+
+    family: ClassVar[int]
+    name: str = ""
+    unbiased: bool = False
+    contraction: float | None = None
+    stochastic: bool = False
+
+    # -- declared properties -------------------------------------------------
+    def contraction_bound(self, numel: int) -> float | None:
+        return self.contraction
+
+    @abc.abstractmethod
+    def spec(self) -> str:
+        """Canonical spec string; ``make_codec(c.spec())`` rebuilds an equal codec."""
+
+    @abc.abstractmethod
+    def is_lossless_on(self, x: torch.Tensor) -> bool: ...
+
+    @abc.abstractmethod
+    def encoded_nbytes(self, x: torch.Tensor) -> int: ...
+
+    @abc.abstractmethod
+    def floor_bits(self, x: torch.Tensor) -> float: ...
+
+    # -- wire ------------------------------------------------------------------
+    @abc.abstractmethod
+    def encode(self, x: torch.Tensor, generator: torch.Generator | None = None) -> Payload: ...
+
+    def decode(self, p: Payload) -> torch.Tensor:
+        data = as_payload_tensor(p)
+        hdr = parse_header(data, expect_family=self.family)
+        return self.decode_body(data, hdr)
+
+    @classmethod
+    @abc.abstractmethod
+    def decode_body(cls, data: torch.Tensor, hdr: Header) -> torch.Tensor:
+        """Decode a payload whose header has been parsed and checked."""
+
+    def header_nbytes(self, x: torch.Tensor) -> int:
+        return header_nbytes(x.dim(), self.family)
+
+    def __repr__(self) -> str:
+        return f"make_codec({self.spec()!r})"
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, Codec) and other.spec() == self.spec()
+
+    def __hash__(self) -> int:
+        return hash(self.spec())
+
+
+def check_input(x: object, allowed: tuple[torch.dtype, ...], codec: str) -> torch.Tensor:
+    """Validate an input tensor and return it detached, on CPU and contiguous."""
+    if not isinstance(x, torch.Tensor):
+        raise CodecError(f"{codec}: expected a torch.Tensor, got {type(x).__name__}")
+    if x.dtype not in allowed:
+        names = ", ".join(str(d).replace("torch.", "") for d in allowed)
+        raise CodecError(f"{codec}: dtype {x.dtype} is not supported (supported: {names})")
+    if x.dim() > MAX_NDIM:
+        raise CodecError(f"{codec}: {x.dim()} dimensions, at most {MAX_NDIM} are supported")
+    if any(s > U32_MAX for s in x.shape) or x.numel() > U32_MAX:
+        raise CodecError(f"{codec}: tensors with 2**32 or more elements are not supported")
+    x = x.detach()
+    if x.device.type != "cpu":
+        x = x.cpu()
+    return x.contiguous()
+
+
+def check_finite(x: torch.Tensor, codec: str) -> None:
+    """CodecError on NaN or infinity (one reduction: aminmax propagates NaN)."""
+    if x.is_floating_point() and x.numel():
+        mn, mx = torch.aminmax(x.reshape(-1))
+        if not (math.isfinite(float(mn)) and math.isfinite(float(mx))):
+            raise CodecError(f"{codec}: input contains NaN or infinity")
+
+
+def make_payload(header: bytes, body_nbytes: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """Allocate ``header + body`` and return (whole, body view) with the header written."""
+    out = torch.empty(len(header) + body_nbytes, dtype=torch.uint8)
+    out[: len(header)] = torch.frombuffer(bytearray(header), dtype=torch.uint8)
+    return out, out[len(header) :]
+
+
+def raw_bytes(x: torch.Tensor) -> torch.Tensor:
+    """Little-endian bytes of a contiguous tensor, as a 1-D uint8 view (or copy)."""
+    if x.numel() == 0:
+        return torch.empty(0, dtype=torch.uint8)
+    if x.dtype == torch.bool:
+        return x.view(torch.uint8).reshape(-1)
+    b = x.reshape(-1).view(torch.uint8)
+    if not LITTLE_ENDIAN and x.element_size() > 1:  # pragma: no cover - big-endian hosts
+        b = b.view(-1, x.element_size()).flip(1).reshape(-1)
+    return b
+
+
+def from_raw_bytes(b: torch.Tensor, dtype: torch.dtype, count: int) -> torch.Tensor:
+    """Inverse of :func:`raw_bytes` (copies, so the result is aligned)."""
+    if dtype == torch.bool:
+        v = b[:count].clone()
+        if bool((v > 1).any()):
+            raise CodecError("corrupted body: bool value other than 0 or 1")
+        return v.view(torch.bool)
+    size = torch.empty((), dtype=dtype).element_size()
+    c = b[: count * size].clone()
+    if not LITTLE_ENDIAN and size > 1:  # pragma: no cover - big-endian hosts
+        c = c.view(-1, size).flip(1).reshape(-1).contiguous()
+    return c.view(dtype)

@@ -1,0 +1,637 @@
+"""Quantisers: ``qstoch`` (double-quantisation, unbiased) and ``qchannel`` (SparQ / AQ-SGD fixpoint).
+
+qstoch: unbiased stochastic b-bit quantiser
+-------------------------------------------
+``δ = ‖x‖∞ / L`` with ``L = 2**(b-1) - 1``; each coordinate is rounded to
+``k δ``, ``k ∈ {-L..L}``, up with probability ``frac(x/δ)`` (spec
+seed-double-quant §2.1).  On the wire: ``δ`` as float32 and the ``n`` codes
+offset-binary (``k + 2**(b-1)``), ``b`` bits each, MSB-first.
+
+Implementation (all vectorised).  ``y = x / δ`` is computed in float32 (inputs
+of 32 bits or fewer, ``b <= 8``) or float64 (float64 inputs, ``b > 8``) and
+shifted by a constant ``O`` into the binade ``[2**E, 2**(E+1))`` whose spacing is
+``2**-R``; there ``y`` is rounded to the grid ``2**-R`` and adding ``R``-bit
+uniform integers scaled by ``2**-R`` is exact, so ``trunc`` rounds up with
+probability exactly ``frac`` of the gridded ``y``:
+
+* float32: ``E = max(7, b+1)``, ``R = 23 - E`` (16 for ``b <= 6``; 15, 14 for 7, 8),
+  16 random bits per element;
+* float64: ``E = 20``, ``R = 32``, 32 random bits per element.
+
+Consequences (tested): inputs already on the grid (``x = c k`` with ``c``
+representable and ``max|k| = L``) round-trip exactly with probability 1, the
+max-magnitude coordinate is always exact, and
+``|E[Q(x)] - x| <= δ 2**-(R+1) + 2**-23 |x|`` per coordinate (the second term is
+the float32 ``δ`` on the wire).  :func:`qstoch_law` returns the exact law the
+sampler follows, so tests compute ``E[Q]`` and ``E‖Q-x‖²`` without sampling.
+For ``b`` in {2, 4} the encoder runs the same arithmetic block by block in a
+thread pool (``_fast.qstoch_pack_fast``), bit-identical to the whole-tensor
+reference path (``QStochCodec._encode(..., fast=False)``).
+
+qchannel: per-channel absmax fixpoint quantiser (SparQ §2.7)
+-----------------------------------------------------------
+``s_h = fp16(max |x[..., h]|)`` over all but the last dimension (one scale for
+the whole tensor with ``granularity=tensor`` or for 0-/1-D inputs);
+``y = x / (s_h + 1e-6) * 2**(b-1)``, ``q = clip(round_half_even(y), -2**(b-1),
+2**(b-1)-1)``, ``x̂ = q / 2**(b-1) * s_h``.  ``signed=false``:
+``q = clip(round(x / (s_h + 1e-6) * (2**b-1)), 0, 2**b-1)``, ``x̂ = q s_h / (2**b-1)``.
+Arithmetic is float32 (float64 for float64 inputs).  The codes are then sent
+with the sparse body (dense / bitmap / index list, cheapest by default) after
+the ``H`` fp16 scales; the zero code is the one left implicit.
+"""
+
+from __future__ import annotations
+
+import math
+import struct
+from dataclasses import dataclass
+
+import numpy as np
+import torch
+
+from ._core import (
+    FAMILY_QCHANNEL,
+    FAMILY_QSTOCH,
+    FLOAT_DTYPES,
+    Codec,
+    CodecError,
+    Header,
+    Payload,
+    build_header,
+    check_body_length,
+    check_finite,
+    check_input,
+    from_raw_bytes,
+    header_nbytes,
+    log2_binom,
+    make_payload,
+    parse_bool,
+    raw_bytes,
+)
+from ._fast import qstoch_pack_fast
+from ._rng import draw_seed, random_words
+from .bitpack import pack_bits, packed_nbytes, unpack_bits
+from .sparse import (
+    FLAG_INDEX32,
+    FMT_DENSE,
+    body_nbytes,
+    choose_format,
+    decode_positions,
+    encode_positions,
+    format_options_spec,
+    index_width,
+    masked_select,
+    parse_format_options,
+    section_nbytes,
+)
+
+FLT32_MIN_NORMAL = 2.0**-126
+FLT32_MAX = float(torch.finfo(torch.float32).max)
+
+
+def _parse_bits(codec: str, opts: dict[str, str], default: int, lo: int, hi: int) -> int:
+    raw = opts.pop("bits", str(default))
+    try:
+        bits = int(raw)
+    except ValueError:
+        raise CodecError(f"{codec}: bits={raw!r} is not an integer") from None
+    if not lo <= bits <= hi:
+        raise CodecError(f"{codec}: bits={bits} out of range {lo}..{hi}")
+    return bits
+
+
+# =========================================================================== qstoch
+@dataclass(frozen=True)
+class _QPlan:
+    dtype: torch.dtype  # compute dtype
+    E: int  # binade exponent of the shifted values
+    R: int  # grid resolution 2**-R (bits of randomness used per element)
+    word_bits: int  # 16 or 32 random bits drawn per element
+
+
+def _qstoch_plan(dtype: torch.dtype, bits: int) -> _QPlan:
+    if dtype != torch.float64 and bits <= 8:
+        E = max(7, bits + 1)
+        return _QPlan(torch.float32, E, 23 - E, 16)
+    return _QPlan(torch.float64, 20, 32, 32)
+
+
+@dataclass(frozen=True)
+class QStochGrid:
+    """``y'' = fl(O + 0.5 + fl(x / δ))`` in the compute dtype, or None when ``x = 0``."""
+
+    shifted: torch.Tensor | None
+    delta: float  # the float32 δ that travels (0.0 for x = 0)
+    offset: int  # O = 3 * 2**(E-1) + 2**(b-1)
+    plan: _QPlan
+
+
+@dataclass(frozen=True)
+class _QScale:
+    flat: torch.Tensor  # x flattened, in the compute dtype
+    delta: float  # float32 δ (0.0 for x = 0)
+    delta64: float
+    offset: int
+    plan: _QPlan
+
+
+def _qstoch_scale(x: torch.Tensor, bits: int) -> _QScale:
+    if not 2 <= bits <= 16:
+        raise CodecError(f"qstoch: bits={bits} out of range 2..16")
+    plan = _qstoch_plan(x.dtype, bits)
+    L = 2 ** (bits - 1) - 1
+    offset = 3 * 2 ** (plan.E - 1) + 2 ** (bits - 1)
+    xc = x.reshape(-1)
+    if xc.dtype != plan.dtype:
+        xc = xc.to(plan.dtype)
+    m = 0.0
+    if xc.numel():
+        mn, mx = torch.aminmax(xc)  # NaN propagates
+        m = max(-float(mn), float(mx))
+    if not math.isfinite(m):
+        raise CodecError("qstoch: input contains NaN or infinity")
+    if m == 0.0:
+        return _QScale(xc, 0.0, 0.0, offset, plan)
+    delta64 = m / L
+    delta32 = float(torch.tensor(delta64, dtype=torch.float32))
+    if not (FLT32_MIN_NORMAL <= delta32 <= FLT32_MAX):
+        raise CodecError(f"qstoch: scale δ = ‖x‖∞/{L} = {delta64:g} is not a normal float32")
+    return _QScale(xc, delta32, delta64, offset, plan)
+
+
+def qstoch_grid(x: torch.Tensor, bits: int) -> QStochGrid:
+    """The deterministic half of the qstoch quantiser (shared by encode and the law)."""
+    sc = _qstoch_scale(x, bits)
+    if sc.delta == 0.0:
+        return QStochGrid(None, 0.0, sc.offset, sc.plan)
+    cd = sc.plan.dtype
+    dc = torch.tensor(sc.delta if cd == torch.float32 else sc.delta64, dtype=cd)
+    shifted = torch.addcdiv(torch.tensor(sc.offset + 0.5, dtype=cd), sc.flat, dc)
+    return QStochGrid(shifted, sc.delta, sc.offset, sc.plan)
+
+
+@dataclass(frozen=True)
+class QStochLaw:
+    """Exact law of the implemented sampler: ``k = k_lo + Bernoulli(p)``, value ``k δ``."""
+
+    k_lo: torch.Tensor  # int64, shape of x
+    p: torch.Tensor  # float64 in [0, 1), multiples of 2**-R
+    delta: float  # float32 δ sent on the wire
+    resolution_bits: int  # R
+
+    def mean(self) -> torch.Tensor:
+        return self.delta * (self.k_lo.to(torch.float64) + self.p)
+
+    def mse(self, x: torch.Tensor) -> float:
+        """``E‖Q(x) − x‖²`` exactly (float64 arithmetic)."""
+        xd = x.to(torch.float64)
+        lo = self.delta * self.k_lo.to(torch.float64)
+        hi = lo + self.delta
+        return float((self.p * (hi - xd) ** 2 + (1 - self.p) * (lo - xd) ** 2).sum())
+
+
+def qstoch_law(x: torch.Tensor, bits: int) -> QStochLaw:
+    """The exact distribution of ``qstoch`` codes for ``x`` (no sampling)."""
+    x = check_input(x, FLOAT_DTYPES, "qstoch")
+    g = qstoch_grid(x, bits)
+    if g.shifted is None:
+        zeros = torch.zeros(x.shape, dtype=torch.int64)
+        return QStochLaw(zeros, torch.zeros(x.shape, dtype=torch.float64), 0.0, g.plan.R)
+    z = g.shifted - 0.5  # exact: same binade, on the grid
+    lo = torch.floor(z)
+    p = (z - lo).to(torch.float64).reshape(x.shape)
+    k_lo = (lo.to(torch.int64) - g.offset).reshape(x.shape)
+    return QStochLaw(k_lo, p, g.delta, g.plan.R)
+
+
+def qstoch_round_probs(x: torch.Tensor, bits: int) -> tuple[torch.Tensor, torch.Tensor, float]:
+    """The paper's law in float64: ``(floor(x/δ), frac(x/δ), δ)`` with ``δ = ‖x‖∞/L``."""
+    xd = x.detach().to(torch.float64)
+    L = 2 ** (bits - 1) - 1
+    m = float(xd.abs().max()) if xd.numel() else 0.0
+    if m == 0.0:
+        return torch.zeros_like(xd), torch.zeros_like(xd), 0.0
+    delta = m / L
+    y = (xd / delta).clamp(-L, L)
+    lo = torch.floor(y)
+    return lo, y - lo, delta
+
+
+def qstoch_paper_mse(x: torch.Tensor, bits: int) -> float:
+    """``δ² Σ f_i (1 − f_i)`` (spec §2.1): the exact variance of the ideal quantiser."""
+    _, f, delta = qstoch_round_probs(x, bits)
+    return float(delta**2 * (f * (1 - f)).sum())
+
+
+class QStochCodec(Codec):
+    """Unbiased stochastic ``b``-bit quantiser of the double-quantisation paper (``"qstoch:bits=B"``).
+
+    ``δ = ‖x‖∞/(2**(b-1)-1)``, codes ``k ∈ [-L, L]`` (see the module docstring
+    for the exact sampler and its ``2**-R`` resolution).  ``2 <= b <= 16``.
+
+    Size (bytes): ``h0 + ceil(n*b/8)``, ``h0 = 15 + 4*ndim`` (the float32 δ is in
+    the header); the paper counts ``32 + b*n`` bits.
+    Floor: ``32 + n*log2(2**b - 1)`` bits (δ plus one of the ``2**b-1`` levels
+    actually used per coordinate).
+    Unbiased; ``E‖Q(x)−x‖² = δ²Σf(1−f) ≤ min(d/(4L²), √d/L)‖x‖²`` (Lemma 4 and
+    ``δ‖x‖₁``), hence ``ω = sqrt(min(d/(4L²), √d/L))``.  Lossless on ``x``
+    whose codes are deterministic and decode exactly (e.g. ``x = c k``).
+    """
+
+    family = FAMILY_QSTOCH
+    name = "qstoch"
+    unbiased = True
+    stochastic = True
+
+    def __init__(self, bits: int = 4):
+        if not 2 <= bits <= 16:
+            raise CodecError(f"qstoch: bits={bits} out of range 2..16")
+        self.bits = bits
+
+    @classmethod
+    def from_options(cls, opts: dict[str, str]) -> QStochCodec:
+        return cls(_parse_bits("qstoch", opts, 4, 2, 16))
+
+    def spec(self) -> str:
+        return f"qstoch:bits={self.bits}"
+
+    def contraction_bound(self, numel: int) -> float | None:
+        L = 2 ** (self.bits - 1) - 1
+        d = max(1, numel)
+        return math.sqrt(min(d / (4 * L * L), math.sqrt(d) / L))
+
+    def _check(self, x: torch.Tensor) -> torch.Tensor:
+        x = check_input(x, FLOAT_DTYPES, "qstoch")
+        check_finite(x, "qstoch")
+        return x
+
+    def encoded_nbytes(self, x: torch.Tensor) -> int:
+        x = self._check(x)
+        return header_nbytes(x.dim(), self.family) + packed_nbytes(x.numel(), self.bits)
+
+    def floor_bits(self, x: torch.Tensor) -> float:
+        x = self._check(x)
+        return 32.0 + x.numel() * math.log2(2.0**self.bits - 1)
+
+    def is_lossless_on(self, x: torch.Tensor) -> bool:
+        x = self._check(x)
+        try:
+            law = qstoch_law(x, self.bits)
+        except CodecError:
+            return False
+        if bool((law.p != 0).any()):
+            return False
+        return bool(
+            torch.equal(
+                _qstoch_values(law.k_lo.reshape(-1), law.delta, x.dtype).reshape(x.shape), x
+            )
+        )
+
+    def encode(self, x: torch.Tensor, generator: torch.Generator | None = None) -> Payload:
+        return self._encode(x, generator, fast=True)
+
+    def _encode(self, x: torch.Tensor, generator: torch.Generator | None, fast: bool) -> Payload:
+        """``fast=False`` runs the whole-tensor reference arithmetic (bit-identical)."""
+        x = check_input(x, FLOAT_DTYPES, "qstoch")
+        b = self.bits
+        sc = _qstoch_scale(x, b)  # also rejects NaN / infinity
+        n = x.numel()
+        header = build_header(self.family, x.dtype, tuple(x.shape), struct.pack("<Bf", b, sc.delta))
+        out, body = make_payload(header, packed_nbytes(n, b))
+        if sc.delta == 0.0:
+            pack_bits(torch.full((n,), 2 ** (b - 1), dtype=torch.int64), b, body)
+            return Payload(out)
+        plan = sc.plan
+        if fast and b in (2, 4) and plan.E == 7 and sc.delta >= 2.0**-100:
+            seed = draw_seed(generator)
+            qstoch_pack_fast(sc.flat.numpy(), b, sc.delta, sc.offset, seed, body.numpy())
+            return Payload(out)
+        g = qstoch_grid(x, b)
+        t = g.shifted
+        words = random_words(n, plan.word_bits, generator)
+        if plan.R < plan.word_bits:
+            words = words >> (plan.word_bits - plan.R)
+        t.add_(words, alpha=2.0**-plan.R)  # exact; trunc(t) = floor(y + u), u ~ U{0..2^R-1}/2^R
+        if plan.E <= 7:
+            codes = t.to(torch.uint8)
+            if b != 4:
+                codes &= (1 << b) - 1
+        else:
+            codes = t.to(torch.int32) & ((1 << b) - 1)
+        pack_bits(codes, b, body)  # width 4 keeps the low nibble
+        return Payload(out)
+
+    @classmethod
+    def decode_body(cls, data: torch.Tensor, hdr: Header) -> torch.Tensor:
+        b, delta = struct.unpack("<Bf", hdr.params)
+        if not 2 <= b <= 16:
+            raise CodecError(f"corrupted header: qstoch bits={b}")
+        if hdr.dtype not in FLOAT_DTYPES:
+            raise CodecError(f"corrupted header: qstoch payload for dtype {hdr.dtype}")
+        if not (delta == 0.0 or FLT32_MIN_NORMAL <= delta <= FLT32_MAX):
+            raise CodecError(f"corrupted header: qstoch scale {delta!r}")
+        n = hdr.numel
+        check_body_length(data, hdr, packed_nbytes(n, b))
+        codes = unpack_bits(data[hdr.nbytes :], b, n)
+        return _qstoch_values(codes, delta, hdr.dtype, offset=2 ** (b - 1)).reshape(hdr.shape)
+
+
+def _qstoch_values(
+    k: torch.Tensor, delta: float, dtype: torch.dtype, offset: int = 0
+) -> torch.Tensor:
+    """``(k - offset) * δ`` computed in float32 (float64 for float64), then cast to ``dtype``."""
+    cd = torch.float64 if dtype == torch.float64 else torch.float32
+    v = k.to(cd)
+    if offset:
+        v.sub_(offset)
+    return v.mul_(delta).to(dtype)
+
+
+# =========================================================================== qchannel
+FLAG_SIGNED = 2
+FLAG_TENSOR = 4
+EPS = 1e-6
+_MAGIC32 = 1.5 * 2.0**23  # fl(y + M) = M + round_half_even(y) for |y| < 2**22
+
+
+def channels_of(shape: tuple[int, ...], tensor_granularity: bool) -> int:
+    """Number of scales ``H``: the last dimension, or 1 (tensor granularity, 0-/1-D)."""
+    if tensor_granularity or len(shape) <= 1:
+        return 1
+    return shape[-1]
+
+
+@dataclass(frozen=True)
+class FixpointCodes:
+    codes: torch.Tensor  # flat wire codes in [0, 2**b): offset-binary (signed) or q (unsigned)
+    scales: torch.Tensor  # (H,) float16
+    zero_code: int
+    nnz: int
+
+
+def _absmax_channels(x2: torch.Tensor) -> torch.Tensor:
+    N, H = x2.shape
+    if N == 0:
+        return torch.zeros(H, dtype=x2.dtype)
+    if H == 1:
+        mn, mx = torch.aminmax(x2.reshape(-1))
+        return torch.maximum(-mn, mx).reshape(1)
+    return torch.maximum(-x2.amin(dim=0), x2.amax(dim=0))  # aminmax(dim=0) is much slower
+
+
+def fixpoint_scales(x: torch.Tensor, tensor_granularity: bool = False) -> torch.Tensor:
+    """``fp16(max |x|)`` per channel (CodecError if a channel overflows float16)."""
+    cd = torch.float64 if x.dtype == torch.float64 else torch.float32
+    H = channels_of(tuple(x.shape), tensor_granularity)
+    x2 = x.reshape(-1, H) if H else x.reshape(0, 0)
+    if x2.dtype != cd:
+        x2 = x2.to(cd)
+    a = _absmax_channels(x2)  # NaN propagates through amax / amin
+    if not bool(torch.isfinite(a).all()):
+        raise CodecError("qchannel: input contains NaN or infinity")
+    s16 = a.to(torch.float16)
+    if not bool(torch.isfinite(s16).all()):
+        raise CodecError(
+            "qchannel: a channel's max |x| exceeds the float16 range of the scales (65504)"
+        )
+    return s16
+
+
+def fixpoint_quantize(
+    x: torch.Tensor,
+    bits: int,
+    signed: bool = True,
+    tensor_granularity: bool = False,
+    fast: bool = True,
+) -> FixpointCodes:
+    """Quantise ``x`` (any float dtype) to flat wire codes and fp16 scales.
+
+    ``fast=False`` forces the plain reference arithmetic (round, clamp, add);
+    the fast path must produce identical codes (checked in the tests).
+    """
+    if not 1 <= bits <= 16:
+        raise CodecError(f"qchannel: bits={bits} out of range 1..16")
+    cd = torch.float64 if x.dtype == torch.float64 else torch.float32
+    shape = tuple(x.shape)
+    n = x.numel()
+    H = channels_of(shape, tensor_granularity)
+    s16 = fixpoint_scales(x, tensor_granularity)
+    if n == 0:
+        return FixpointCodes(
+            torch.empty(0, dtype=torch.uint8), s16, 2 ** (bits - 1) if signed else 0, 0
+        )
+    x2 = x.reshape(-1, H)
+    if x2.dtype != cd:
+        x2 = x2.to(cd)
+    d = s16.to(cd) + torch.tensor(EPS, dtype=cd)  # s_h + 1e-6, rounded in the compute dtype
+    if signed:
+        zero = 2 ** (bits - 1)
+        den = d * 2.0 ** (1 - bits)  # exact: y = x / den = fl(x / d) * 2**(b-1)
+        if fast and cd == torch.float32 and bits <= 7:
+            t = torch.addcdiv(torch.tensor(_MAGIC32, dtype=cd), x2, den)  # M + round_half_even(y)
+            q = t.view(torch.int32).to(torch.int8)  # low byte of the float's bits = q (|q| <= 65)
+            q.clamp_(-zero, zero - 1)
+            nnz = int(np.count_nonzero(q.numpy()))  # numpy's count is ~3x faster here
+            q += zero  # offset binary, still < 128
+            return FixpointCodes(q.view(torch.uint8).reshape(-1), s16, zero, nnz)
+        q = torch.round(x2 / den).clamp_(-zero, zero - 1)
+    else:
+        zero = 0
+        q = torch.round((x2 / d) * float(2**bits - 1)).clamp_(0, 2**bits - 1)
+    nnz = int(torch.count_nonzero(q))
+    if signed:
+        q += zero
+    codes = q.to(torch.uint8 if bits <= 8 else torch.int32).reshape(-1)
+    return FixpointCodes(codes, s16, zero, nnz)
+
+
+def fixpoint_dequantize(
+    codes: torch.Tensor,
+    scales: torch.Tensor,
+    bits: int,
+    signed: bool,
+    shape: tuple[int, ...],
+    dtype: torch.dtype,
+    idx: torch.Tensor | None = None,
+) -> torch.Tensor:
+    """Values from wire codes (all ``n`` of them, or the ones at ``idx``; the rest are 0)."""
+    cd = torch.float64 if dtype == torch.float64 else torch.float32
+    n = math.prod(shape)
+    H = scales.numel()
+    if n == 0:
+        return torch.zeros(shape, dtype=dtype)
+    s = scales.to(cd)
+    # x̂ = q 2^(1-b) s = (c - z) * (s 2^(1-b))  (both products exact, one rounding)
+    factor = s * 2.0 ** (1 - bits) if signed else s
+    v = codes.to(cd)
+    if signed:
+        v.sub_(2 ** (bits - 1))
+    if idx is None:
+        v = v.reshape(-1, H) if n else v.reshape(0, H)
+        vals = v.mul_(factor) if signed else v.mul_(factor).div_(float(2**bits - 1))
+        return vals.to(dtype).reshape(shape)
+    sc = factor[idx % H] if H > 1 else factor.expand(idx.numel())
+    vals = v.mul_(sc) if signed else v.mul_(sc).div_(float(2**bits - 1))
+    out = torch.zeros(n, dtype=cd)
+    out[idx] = vals
+    return out.to(dtype).reshape(shape)
+
+
+class QChannelCodec(Codec):
+    """Per-channel absmax fixpoint quantiser + sparse encoding (``"qchannel:bits=B"``).
+
+    The SparQ compressor C (AQ-SGD ``fixpoint`` quantiser, deterministic, round
+    half to even).  Options: ``bits`` (1..16, default 4), ``signed`` (default
+    true), ``granularity=channel|tensor``, ``format=auto|dense|bitmap|coo``,
+    ``index=packed|int32``.  See the module docstring for the formulas.
+
+    Size (bytes), ``n`` elements, ``k = nnz(q)``, ``H`` scales, ``w`` index bits:
+    ``h0 + 2H + min(ceil(n*b/8), ceil(n/8) + ceil(k*b/8), ceil(k*w/8) + ceil(k*b/8))``
+    with ``h0 = 17 + 4*ndim`` (one term when a format is forced).
+    Floor: ``log2(n+1) + log2 C(n,k) + k*log2(2**b-1) + 16H`` bits.
+    Deterministic, biased; no contraction bound is claimed (every coordinate
+    satisfies ``|x - x̂| <= |x|``, so ``‖C(x)-x‖ <= ‖x‖``, strictly for b >= 2).
+    Lossless on inputs that are fixed points of the quantiser.
+    """
+
+    family = FAMILY_QCHANNEL
+    name = "qchannel"
+    unbiased = False
+    contraction = None
+
+    def __init__(
+        self,
+        bits: int = 4,
+        signed: bool = True,
+        granularity: str = "channel",
+        fmt: int | None = None,
+        int32: bool = False,
+    ):
+        if not 1 <= bits <= 16:
+            raise CodecError(f"qchannel: bits={bits} out of range 1..16")
+        if granularity not in ("channel", "tensor"):
+            raise CodecError(f"qchannel: granularity={granularity!r} is not one of channel, tensor")
+        self.bits = bits
+        self.signed = signed
+        self.granularity = granularity
+        self.fmt = fmt
+        self.int32 = int32
+
+    @classmethod
+    def from_options(cls, opts: dict[str, str]) -> QChannelCodec:
+        bits = _parse_bits("qchannel", opts, 4, 1, 16)
+        signed = parse_bool("signed", opts.pop("signed", "true"))
+        gran = opts.pop("granularity", "channel").strip().lower()
+        fmt, int32 = parse_format_options(opts, "qchannel")
+        return cls(bits, signed, gran, fmt, int32)
+
+    def spec(self) -> str:
+        parts = [f"bits={self.bits}"]
+        if not self.signed:
+            parts.append("signed=false")
+        if self.granularity != "channel":
+            parts.append(f"granularity={self.granularity}")
+        return "qchannel:" + ",".join(parts + format_options_spec(self.fmt, self.int32))
+
+    @property
+    def tensor_granularity(self) -> bool:
+        return self.granularity == "tensor"
+
+    def _check(self, x: torch.Tensor) -> torch.Tensor:
+        return check_input(x, FLOAT_DTYPES, "qchannel")  # NaN / inf are caught by the scales
+
+    def quantize(self, x: torch.Tensor) -> FixpointCodes:
+        """Codes and scales of ``x`` (NaN / inf / fp16-overflowing channels: CodecError)."""
+        x = check_input(x, FLOAT_DTYPES, "qchannel")
+        return fixpoint_quantize(x, self.bits, self.signed, self.tensor_granularity)
+
+    def dequantize(
+        self, fc: FixpointCodes, shape: tuple[int, ...], dtype: torch.dtype
+    ) -> torch.Tensor:
+        return fixpoint_dequantize(fc.codes, fc.scales, self.bits, self.signed, shape, dtype)
+
+    def _layout(self, n: int, k: int) -> tuple[int, int]:
+        iw = index_width(n, self.int32)
+        return iw, choose_format(n, k, self.bits, iw, self.fmt)
+
+    def encoded_nbytes(self, x: torch.Tensor) -> int:
+        x = self._check(x)
+        fc = self.quantize(x)
+        n = x.numel()
+        iw, fmt = self._layout(n, fc.nnz)
+        return (
+            header_nbytes(x.dim(), self.family)
+            + 2 * fc.scales.numel()
+            + body_nbytes(n, fc.nnz, self.bits, fmt, iw)
+        )
+
+    def floor_bits(self, x: torch.Tensor) -> float:
+        x = self._check(x)
+        fc = self.quantize(x)
+        n = x.numel()
+        return (
+            math.log2(n + 1)
+            + log2_binom(n, fc.nnz)
+            + fc.nnz * math.log2(2.0**self.bits - 1)
+            + 16 * fc.scales.numel()
+        )
+
+    def is_lossless_on(self, x: torch.Tensor) -> bool:
+        x = self._check(x)
+        try:
+            fc = self.quantize(x)
+        except CodecError:
+            return False
+        return bool(torch.equal(self.dequantize(fc, tuple(x.shape), x.dtype), x))
+
+    def encode(self, x: torch.Tensor, generator: torch.Generator | None = None) -> Payload:
+        x = self._check(x)
+        fc = self.quantize(x)
+        n, b, k = x.numel(), self.bits, fc.nnz
+        iw, fmt = self._layout(n, k)
+        H = fc.scales.numel()
+        flags = (FLAG_INDEX32 if self.int32 else 0) | (FLAG_SIGNED if self.signed else 0)
+        flags |= FLAG_TENSOR if self.tensor_granularity else 0
+        header = build_header(
+            self.family, x.dtype, tuple(x.shape), struct.pack("<BBBI", b, flags, fmt, k)
+        )
+        pos_n, val_n = section_nbytes(n, k, b, fmt, iw)
+        out, body = make_payload(header, 2 * H + pos_n + val_n)
+        body[: 2 * H].copy_(raw_bytes(fc.scales))
+        if fmt == FMT_DENSE:
+            pack_bits(fc.codes, b, body[2 * H + pos_n :])
+        else:
+            mask = fc.codes != fc.zero_code
+            encode_positions(fmt, n, iw, mask, None, body[2 * H : 2 * H + pos_n])
+            pack_bits(masked_select(fc.codes, mask), b, body[2 * H + pos_n :])
+        return Payload(out)
+
+    @classmethod
+    def decode_body(cls, data: torch.Tensor, hdr: Header) -> torch.Tensor:
+        b, flags, fmt, k = struct.unpack("<BBBI", hdr.params)
+        if not 1 <= b <= 16:
+            raise CodecError(f"corrupted header: qchannel bits={b}")
+        if flags & ~(FLAG_INDEX32 | FLAG_SIGNED | FLAG_TENSOR):
+            raise CodecError(f"corrupted header: unknown flag bits {flags:#x}")
+        if hdr.dtype not in FLOAT_DTYPES:
+            raise CodecError(f"corrupted header: qchannel payload for dtype {hdr.dtype}")
+        n = hdr.numel
+        if k > n:
+            raise CodecError(f"corrupted header: {k} nonzeros for {n} elements")
+        try:
+            pos_n, val_n = section_nbytes(n, k, b, fmt, index_width(n, bool(flags & FLAG_INDEX32)))
+        except CodecError:
+            raise CodecError(f"corrupted header: unknown sparse format code {fmt}") from None
+        H = channels_of(hdr.shape, bool(flags & FLAG_TENSOR))
+        check_body_length(data, hdr, 2 * H + pos_n + val_n)
+        body = data[hdr.nbytes :]
+        scales = from_raw_bytes(body[: 2 * H], torch.float16, H)
+        if not bool(torch.isfinite(scales).all()) or bool((scales < 0).any()):
+            raise CodecError("corrupted body: qchannel scale is negative or not finite")
+        iw = index_width(n, bool(flags & FLAG_INDEX32))
+        idx = decode_positions(fmt, n, k, iw, body[2 * H : 2 * H + pos_n])
+        count = n if idx is None else k
+        codes = unpack_bits(body[2 * H + pos_n :], b, count)
+        return fixpoint_dequantize(
+            codes, scales, b, bool(flags & FLAG_SIGNED), hdr.shape, hdr.dtype, idx
+        )

@@ -1,0 +1,617 @@
+"""Sparse bodies (dense / bitmap / index list) and the sparse, top-k and rand-k codecs.
+
+Sparse body layout
+------------------
+A body carries ``k`` selected entries of a flat tensor of ``n`` elements, each
+value ``vb`` bits wide, in one of three formats (its code is in the header):
+
+========  ====  =========================================  ===============================
+format    code  positions section                          values section
+========  ====  =========================================  ===============================
+dense     0     none (all ``n`` values are sent)           ``ceil(n*vb/8)``
+bitmap    1     ``ceil(n/8)`` (1 bit per element, MSB-1st)  ``ceil(k*vb/8)``
+coo       2     ``ceil(k*w/8)`` (sorted, ``w``-bit indices) ``ceil(k*vb/8)``
+========  ====  =========================================  ===============================
+
+The index width is ``w = max(1, ceil(log2 n))`` bits (``index=packed``, the
+default: the ``ceil(log2 d)`` of the double-quantisation paper) or ``w = 32``
+(``index=int32``, the SparQ spec's COO).  With ``format=auto`` the encoder sends
+the cheapest of the three for this message, ties resolved in the order
+dense, bitmap, coo, and records the choice in the header.  Index lists must be
+strictly increasing and below ``n``, bitmaps must have exactly ``k`` set bits,
+and padding bits must be zero; anything else is a :class:`CodecError`.
+
+Values are either raw (``vb = 8*itemsize``, the little-endian bytes of the
+tensor's own dtype) or ``b``-bit integer codes packed MSB-first.
+"""
+
+from __future__ import annotations
+
+import math
+import struct
+
+import numpy as np
+import torch
+
+from ._core import (
+    FAMILY_RANDK,
+    FAMILY_SPARSE,
+    FAMILY_TOPK,
+    FLOAT_DTYPES,
+    INT_DTYPES,
+    Codec,
+    CodecError,
+    Header,
+    Payload,
+    build_header,
+    check_body_length,
+    check_finite,
+    check_input,
+    from_raw_bytes,
+    header_nbytes,
+    log2_binom,
+    make_payload,
+    raw_bytes,
+)
+from .bitpack import pack_bits, packed_nbytes, unpack_bits
+
+FMT_DENSE, FMT_BITMAP, FMT_COO = 0, 1, 2
+FORMATS = {"dense": FMT_DENSE, "bitmap": FMT_BITMAP, "coo": FMT_COO}
+FORMAT_NAMES = {v: k for k, v in FORMATS.items()}
+FORMAT_CHOICES = ("auto", "dense", "bitmap", "coo")
+INDEX_CHOICES = ("packed", "int32")
+
+FLAG_INDEX32 = 1
+FLAG_SIGNED = 2  # sparse: packed values are two's complement; qchannel: signed quantiser
+FLAG_SCALED = 2  # randk: values were scaled by n/k (informational)
+
+ALL_DTYPES = (*FLOAT_DTYPES, *INT_DTYPES, torch.bool)
+
+
+def _np(t: torch.Tensor) -> np.ndarray:
+    """Zero-copy numpy view of a contiguous CPU tensor (bfloat16 as its int16 bits)."""
+    return (t.view(torch.int16) if t.dtype == torch.bfloat16 else t).numpy()
+
+
+def masked_select(t: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+    """``t.reshape(-1)[mask]`` via numpy (several times faster than torch's bool indexing)."""
+    flat = t.reshape(-1)
+    sel = _np(flat)[mask.numpy()]
+    if sel.size == 0:
+        return torch.empty(0, dtype=t.dtype)
+    vals = torch.from_numpy(sel)
+    return vals.view(torch.bfloat16) if t.dtype == torch.bfloat16 else vals
+
+
+def count_true(mask: torch.Tensor) -> int:
+    return int(np.count_nonzero(mask.numpy()))
+
+
+def mask_indices(mask: torch.Tensor) -> torch.Tensor:
+    return torch.from_numpy(np.flatnonzero(mask.numpy()))
+
+
+# --------------------------------------------------------------------------- layout
+def index_width(n: int, int32: bool = False) -> int:
+    """Bits per index: 32 for ``index=int32``, else ``max(1, ceil(log2 n))``."""
+    return 32 if int32 else max(1, (n - 1).bit_length())
+
+
+def section_nbytes(n: int, k: int, vbits: int, fmt: int, iw: int) -> tuple[int, int]:
+    """(positions bytes, values bytes) of a sparse body, from the table above."""
+    if fmt == FMT_DENSE:
+        return 0, packed_nbytes(n, vbits)
+    if fmt == FMT_BITMAP:
+        return packed_nbytes(n, 1), packed_nbytes(k, vbits)
+    if fmt == FMT_COO:
+        return packed_nbytes(k, iw), packed_nbytes(k, vbits)
+    raise CodecError(f"unknown sparse format code {fmt}")
+
+
+def body_nbytes(n: int, k: int, vbits: int, fmt: int, iw: int) -> int:
+    return sum(section_nbytes(n, k, vbits, fmt, iw))
+
+
+def choose_format(n: int, k: int, vbits: int, iw: int, forced: int | None = None) -> int:
+    """The cheapest format (ties: dense, bitmap, coo), unless one is forced."""
+    if forced is not None:
+        return forced
+    costs = [body_nbytes(n, k, vbits, f, iw) for f in (FMT_DENSE, FMT_BITMAP, FMT_COO)]
+    return costs.index(min(costs))
+
+
+def parse_format_options(opts: dict[str, str], codec: str) -> tuple[int | None, bool]:
+    fmt = opts.pop("format", "auto").strip().lower()
+    if fmt not in FORMAT_CHOICES:
+        raise CodecError(f"{codec}: format={fmt!r} is not one of {', '.join(FORMAT_CHOICES)}")
+    index = opts.pop("index", "packed").strip().lower()
+    if index not in INDEX_CHOICES:
+        raise CodecError(f"{codec}: index={index!r} is not one of {', '.join(INDEX_CHOICES)}")
+    return (None if fmt == "auto" else FORMATS[fmt]), index == "int32"
+
+
+def format_options_spec(forced: int | None, int32: bool) -> list[str]:
+    out = []
+    if forced is not None:
+        out.append(f"format={FORMAT_NAMES[forced]}")
+    if int32:
+        out.append("index=int32")
+    return out
+
+
+def encode_positions(
+    fmt: int,
+    n: int,
+    iw: int,
+    mask: torch.Tensor | None,
+    idx: torch.Tensor | None,
+    out: torch.Tensor,
+) -> None:
+    """Write the positions section; give the selection as a bool mask or sorted indices."""
+    if fmt == FMT_BITMAP:
+        if mask is None:
+            mask = torch.zeros(n, dtype=torch.bool)
+            mask[idx] = True
+        pack_bits(mask.view(torch.uint8), 1, out)
+    elif fmt == FMT_COO:
+        if idx is None:
+            idx = mask_indices(mask)
+        pack_bits(idx, iw, out)
+
+
+def decode_positions(fmt: int, n: int, k: int, iw: int, buf: torch.Tensor) -> torch.Tensor | None:
+    """Sorted int64 indices of the ``k`` entries (None for the dense format)."""
+    if fmt == FMT_DENSE:
+        return None
+    if fmt == FMT_BITMAP:
+        bits = unpack_bits(buf, 1, n)
+        idx = torch.from_numpy(np.flatnonzero(bits.numpy()))
+        if idx.numel() != k:
+            raise CodecError(f"corrupted body: bitmap has {idx.numel()} set bits, header says {k}")
+        return idx
+    idx = unpack_bits(buf, iw, k).to(torch.int64)
+    if k and (int(idx[-1]) >= n or int(idx[0]) < 0):
+        raise CodecError(f"corrupted body: index out of range for {n} elements")
+    if k > 1 and not bool((idx[1:] > idx[:-1]).all()):
+        raise CodecError("corrupted body: index list is not strictly increasing")
+    return idx
+
+
+def pack_sparse_params(vbits: int, flags: int, fmt: int, k: int) -> bytes:
+    return struct.pack("<BBBI", vbits, flags, fmt, k)
+
+
+def unpack_sparse_params(hdr: Header, allowed_flags: int) -> tuple[int, int, int, int]:
+    vbits, flags, fmt, k = struct.unpack("<BBBI", hdr.params)
+    if flags & ~allowed_flags:
+        raise CodecError(f"corrupted header: unknown flag bits {flags:#x}")
+    if fmt not in FORMAT_NAMES:
+        raise CodecError(f"corrupted header: unknown sparse format code {fmt}")
+    if k > hdr.numel:
+        raise CodecError(f"corrupted header: {k} entries for {hdr.numel} elements")
+    return vbits, flags, fmt, k
+
+
+def nonzero_mask(x: torch.Tensor) -> torch.Tensor:
+    """Elements whose bit pattern is not all zeros (so -0.0 and NaN count as nonzero)."""
+    flat = x.reshape(-1)
+    if flat.dtype == torch.bool:
+        return flat
+    if flat.is_floating_point():
+        ints = {2: torch.int16, 4: torch.int32, 8: torch.int64}[flat.element_size()]
+        return flat.view(ints) != 0
+    return flat != 0
+
+
+def write_raw_sparse(
+    family: int,
+    x: torch.Tensor,
+    fmt: int,
+    iw: int,
+    flags: int,
+    k: int,
+    mask: torch.Tensor | None,
+    idx: torch.Tensor | None,
+    values: torch.Tensor | None,
+) -> Payload:
+    """Sparse payload with raw values; ``values`` are the k selected values in order."""
+    n = x.numel()
+    vbits = 8 * x.element_size()
+    pos_n, val_n = section_nbytes(n, k, vbits, fmt, iw)
+    header = build_header(family, x.dtype, tuple(x.shape), pack_sparse_params(0, flags, fmt, k))
+    out, body = make_payload(header, pos_n + val_n)
+    encode_positions(fmt, n, iw, mask, idx, body[:pos_n])
+    if fmt == FMT_DENSE:
+        dense = x.reshape(-1)
+        if values is not None:  # the dense body carries only the selection, zeros elsewhere
+            dense = torch.zeros_like(dense)
+            if idx is None:
+                idx = mask_indices(mask)
+            dense[idx] = values
+        body[pos_n:].copy_(raw_bytes(dense))
+    else:
+        if values is None:
+            values = masked_select(x, mask) if mask is not None else x.reshape(-1)[idx]
+        body[pos_n:].copy_(raw_bytes(values.contiguous()))
+    return Payload(out)
+
+
+def read_sparse(data: torch.Tensor, hdr: Header, allowed_flags: int) -> torch.Tensor:
+    """Decode a sparse / top-k / rand-k payload (raw or packed integer values)."""
+    vbits, flags, fmt, k = unpack_sparse_params(hdr, allowed_flags)
+    n = hdr.numel
+    dtype = hdr.dtype
+    if vbits == 0:
+        width = 8 * torch.empty((), dtype=dtype).element_size()
+    else:
+        if dtype not in INT_DTYPES or vbits > 8 * torch.empty((), dtype=dtype).element_size():
+            raise CodecError(f"corrupted header: {vbits}-bit packed values for dtype {dtype}")
+        width = vbits
+    iw = index_width(n, bool(flags & FLAG_INDEX32))
+    pos_n, val_n = section_nbytes(n, k, width, fmt, iw)
+    check_body_length(data, hdr, pos_n + val_n)
+    body = data[hdr.nbytes :]
+    idx = decode_positions(fmt, n, k, iw, body[:pos_n])
+    count = n if fmt == FMT_DENSE else k
+    vbuf = body[pos_n:]
+    if vbits == 0:
+        vals = from_raw_bytes(vbuf, dtype, count)
+    else:
+        codes = unpack_bits(vbuf, vbits, count).to(torch.int64)
+        if flags & FLAG_SIGNED:
+            codes = codes - ((codes >> (vbits - 1)) << vbits)
+        vals = codes.to(dtype)
+    if idx is None:
+        return vals.reshape(hdr.shape)
+    out = torch.zeros(n, dtype=dtype)
+    out[idx] = vals
+    return out.reshape(hdr.shape)
+
+
+def _sparse_floor(n: int, k: int, value_bits: float) -> float:
+    return math.log2(n + 1) + log2_binom(n, k) + k * value_bits
+
+
+# --------------------------------------------------------------------------- sparse
+class SparseCodec(Codec):
+    """Lossless sparse encoding of any tensor (``"sparse"``).
+
+    The selection is the set of elements whose bit pattern is nonzero (so the
+    round trip is bit-exact, -0.0 and NaN included), ``k = nnz(x)``.  Values are
+    raw (``vb = 8*itemsize``) or, with ``bits=B``, ``B``-bit integer codes
+    (two's complement with ``signed=true``, the default, else unsigned); the
+    input must then be an integer tensor whose values fit.
+
+    Size (bytes), ``n = numel``, ``h0 = 17 + 4*ndim``:
+    ``h0 + min(ceil(n*vb/8), ceil(n/8) + ceil(k*vb/8), ceil(k*w/8) + ceil(k*vb/8))``
+    with ``format=auto`` (one term when a format is forced).
+
+    Floor: ``log2(n+1) + log2 C(n,k) + k*log2(2**vb - 1)`` bits: name ``k``, the
+    support, and each value among the nonzero ``vb``-bit patterns.
+    """
+
+    family = FAMILY_SPARSE
+    name = "sparse"
+    unbiased = True
+    contraction = 0.0
+
+    def __init__(
+        self,
+        bits: int | None = None,
+        signed: bool = True,
+        fmt: int | None = None,
+        int32: bool = False,
+    ):
+        if bits is not None and not 1 <= bits <= 63:
+            raise CodecError(f"sparse: bits={bits} out of range 1..63")
+        self.bits = bits
+        self.signed = signed
+        self.fmt = fmt
+        self.int32 = int32
+
+    @classmethod
+    def from_options(cls, opts: dict[str, str]) -> SparseCodec:
+        from ._core import parse_bool
+
+        fmt, int32 = parse_format_options(opts, "sparse")
+        bits = None
+        if "bits" in opts:
+            bits = _parse_int("sparse", "bits", opts.pop("bits"))
+        signed = parse_bool("signed", opts.pop("signed", "true"))
+        return cls(bits, signed, fmt, int32)
+
+    def spec(self) -> str:
+        parts = []
+        if self.bits is not None:
+            parts.append(f"bits={self.bits}")
+            if not self.signed:
+                parts.append("signed=false")
+        parts += format_options_spec(self.fmt, self.int32)
+        return "sparse" + (":" + ",".join(parts) if parts else "")
+
+    def _check(self, x: torch.Tensor) -> torch.Tensor:
+        x = check_input(x, ALL_DTYPES if self.bits is None else INT_DTYPES, "sparse")
+        if self.bits is not None and self.bits > 8 * x.element_size():
+            raise CodecError(f"sparse: bits={self.bits} is wider than dtype {x.dtype}")
+        return x
+
+    def _range_ok(self, x: torch.Tensor) -> bool:
+        if self.bits is None or x.numel() == 0:
+            return True
+        lo, hi = (
+            (-(2 ** (self.bits - 1)), 2 ** (self.bits - 1) - 1)
+            if self.signed
+            else (0, 2**self.bits - 1)
+        )
+        mn, mx = torch.aminmax(x.reshape(-1))
+        return lo <= int(mn) and int(mx) <= hi
+
+    def is_lossless_on(self, x: torch.Tensor) -> bool:
+        x = self._check(x)
+        return self._range_ok(x)
+
+    def _layout(self, x: torch.Tensor) -> tuple[torch.Tensor, int, int, int, int]:
+        mask = nonzero_mask(x)
+        k = count_true(mask)
+        n = x.numel()
+        vbits = self.bits if self.bits is not None else 8 * x.element_size()
+        iw = index_width(n, self.int32)
+        return mask, k, vbits, iw, choose_format(n, k, vbits, iw, self.fmt)
+
+    def encoded_nbytes(self, x: torch.Tensor) -> int:
+        x = self._check(x)
+        _, k, vbits, iw, fmt = self._layout(x)
+        return header_nbytes(x.dim(), self.family) + body_nbytes(x.numel(), k, vbits, fmt, iw)
+
+    def floor_bits(self, x: torch.Tensor) -> float:
+        x = self._check(x)
+        _, k, vbits, _, _ = self._layout(x)
+        return _sparse_floor(x.numel(), k, math.log2(2.0**vbits - 1))
+
+    def encode(self, x: torch.Tensor, generator: torch.Generator | None = None) -> Payload:
+        x = self._check(x)
+        if not self._range_ok(x):
+            raise CodecError(
+                f"sparse: values do not fit in {self.bits} {'signed' if self.signed else 'unsigned'} bits"
+            )
+        mask, k, vbits, iw, fmt = self._layout(x)
+        flags = (FLAG_INDEX32 if self.int32 else 0) | (
+            FLAG_SIGNED if self.signed and self.bits else 0
+        )
+        if self.bits is None:
+            return write_raw_sparse(self.family, x, fmt, iw, flags, k, mask, None, None)
+        n = x.numel()
+        pos_n, val_n = section_nbytes(n, k, vbits, fmt, iw)
+        header = build_header(
+            self.family, x.dtype, tuple(x.shape), pack_sparse_params(vbits, flags, fmt, k)
+        )
+        out, body = make_payload(header, pos_n + val_n)
+        encode_positions(fmt, n, iw, mask, None, body[:pos_n])
+        flat = x.reshape(-1).to(torch.int64)
+        vals = flat if fmt == FMT_DENSE else masked_select(flat, mask)
+        pack_bits(vals & ((1 << vbits) - 1), vbits, body[pos_n:])
+        return Payload(out)
+
+    @classmethod
+    def decode_body(cls, data: torch.Tensor, hdr: Header) -> torch.Tensor:
+        out = read_sparse(data, hdr, FLAG_INDEX32 | FLAG_SIGNED)
+        vbits, _, fmt, k = struct.unpack("<BBBI", hdr.params)
+        if fmt == FMT_DENSE and count_true(nonzero_mask(out)) != k:
+            raise CodecError("corrupted payload: dense body nnz differs from the header's k")
+        return out
+
+
+def _parse_int(codec: str, key: str, value: str) -> int:
+    try:
+        return int(value)
+    except ValueError:
+        raise CodecError(f"{codec}: {key}={value!r} is not an integer") from None
+
+
+def _parse_k_ratio(codec: str, opts: dict[str, str]) -> tuple[int | None, float | None]:
+    if ("k" in opts) == ("ratio" in opts):
+        raise CodecError(f"{codec}: give exactly one of k=INT or ratio=FLOAT")
+    if "k" in opts:
+        k = _parse_int(codec, "k", opts.pop("k"))
+        if k < 1:
+            raise CodecError(f"{codec}: k={k} must be at least 1")
+        return k, None
+    raw = opts.pop("ratio")
+    try:
+        ratio = float(raw)
+    except ValueError:
+        raise CodecError(f"{codec}: ratio={raw!r} is not a number") from None
+    if not 0.0 < ratio <= 1.0:
+        raise CodecError(f"{codec}: ratio={ratio} must be in (0, 1]")
+    return None, ratio
+
+
+class _KSparsifier(Codec):
+    """Common parts of top-k and rand-k: exactly ``k`` entries are sent.
+
+    ``k`` is fixed (``k=K``) or ``ceil(ratio*n)`` (at least 1; a 1e-9 guard
+    absorbs floating error, so ratio=0.1 of 30 is 3).  ``k > n`` is a
+    :class:`CodecError`.  The ``k`` selected entries travel with raw values of
+    the input dtype, so the size depends only on ``n``, ``k``, dtype and ndim:
+    ``h0 + min(ceil(n*vb/8), ceil(n/8) + k*vb/8, ceil(k*w/8) + k*vb/8)`` with
+    ``h0 = 17 + 4*ndim``, ``vb = 8*itemsize`` (one term if a format is forced).
+    """
+
+    def __init__(
+        self, k: int | None, ratio: float | None, fmt: int | None = None, int32: bool = False
+    ):
+        if (k is None) == (ratio is None):
+            raise CodecError(f"{self.name}: give exactly one of k or ratio")
+        if k is not None and k < 1:
+            raise CodecError(f"{self.name}: k={k} must be at least 1")
+        if ratio is not None and not 0.0 < ratio <= 1.0:
+            raise CodecError(f"{self.name}: ratio={ratio} must be in (0, 1]")
+        self.k = k
+        self.ratio = ratio
+        self.fmt = fmt
+        self.int32 = int32
+
+    def k_for(self, n: int) -> int:
+        """Entries sent for an ``n``-element input (CodecError if k > n)."""
+        if self.k is not None:
+            k = self.k
+        else:
+            k = max(1, math.ceil(self.ratio * n - 1e-9))
+        if k > n:
+            raise CodecError(f"{self.name}: k={k} exceeds the number of elements d={n}")
+        return k
+
+    def _kspec(self) -> list[str]:
+        return [f"k={self.k}"] if self.k is not None else [f"ratio={self.ratio!r}"]
+
+    def _check(self, x: torch.Tensor) -> torch.Tensor:
+        x = check_input(x, FLOAT_DTYPES, self.name)
+        check_finite(x, self.name)
+        return x
+
+    def _layout(self, x: torch.Tensor) -> tuple[int, int, int, int]:
+        n = x.numel()
+        k = self.k_for(n)
+        vbits = 8 * x.element_size()
+        iw = index_width(n, self.int32)
+        return k, vbits, iw, choose_format(n, k, vbits, iw, self.fmt)
+
+    def encoded_nbytes(self, x: torch.Tensor) -> int:
+        x = self._check(x)
+        k, vbits, iw, fmt = self._layout(x)
+        return header_nbytes(x.dim(), self.family) + body_nbytes(x.numel(), k, vbits, fmt, iw)
+
+    def floor_bits(self, x: torch.Tensor) -> float:
+        """``log2 C(n,k) + k*vb``: which ``k`` of ``n`` positions, and their values."""
+        x = self._check(x)
+        k, vbits, _, _ = self._layout(x)
+        return log2_binom(x.numel(), k) + k * vbits
+
+
+def topk_mask(flat: torch.Tensor, k: int) -> torch.Tensor:
+    """Bool mask of the ``k`` largest ``|x|``, ties broken toward the lower index."""
+    n = flat.numel()
+    if k >= n:
+        return torch.ones(n, dtype=torch.bool)
+    a = flat.abs() if flat.dtype in (torch.float32, torch.float64) else flat.float().abs()
+    thr = torch.topk(a, k, sorted=False).values.min()
+    gt = a > thr
+    need = k - int(gt.sum())
+    eq = a == thr
+    return gt | (eq & (eq.cumsum(0) <= need))
+
+
+class TopKCodec(_KSparsifier):
+    """Top-k (``"topk:k=K"`` or ``"topk:ratio=R"``): keep the ``k`` largest ``|x_i|``.
+
+    Deterministic and biased.  Contraction: ``‖C(x)−x‖² ≤ (1 − k/d)‖x‖²``, so
+    ``ω = sqrt(1 − k/d)``.  Lossless on ``nnz(x) ≤ k``.  Ties at the threshold go
+    to the lower flat index.  Size and floor: see :class:`_KSparsifier`.
+    """
+
+    family = FAMILY_TOPK
+    name = "topk"
+    unbiased = False
+
+    @classmethod
+    def from_options(cls, opts: dict[str, str]) -> TopKCodec:
+        k, ratio = _parse_k_ratio("topk", opts)
+        fmt, int32 = parse_format_options(opts, "topk")
+        return cls(k, ratio, fmt, int32)
+
+    def spec(self) -> str:
+        return "topk:" + ",".join(self._kspec() + format_options_spec(self.fmt, self.int32))
+
+    def contraction_bound(self, numel: int) -> float | None:
+        return math.sqrt(max(0.0, 1.0 - self.k_for(numel) / numel))
+
+    def is_lossless_on(self, x: torch.Tensor) -> bool:
+        x = self._check(x)
+        return int((x != 0).sum()) <= self.k_for(x.numel())
+
+    def encode(self, x: torch.Tensor, generator: torch.Generator | None = None) -> Payload:
+        x = self._check(x)
+        k, _, iw, fmt = self._layout(x)
+        flat = x.reshape(-1)
+        mask = topk_mask(flat, k)
+        vals = masked_select(flat, mask)
+        vals = torch.where(vals == 0, torch.zeros_like(vals), vals)  # -0.0 travels as +0.0
+        flags = FLAG_INDEX32 if self.int32 else 0
+        return write_raw_sparse(self.family, x, fmt, iw, flags, k, mask, None, vals)
+
+    @classmethod
+    def decode_body(cls, data: torch.Tensor, hdr: Header) -> torch.Tensor:
+        if hdr.params[0] != 0 or hdr.dtype not in FLOAT_DTYPES:
+            raise CodecError("corrupted header: top-k payloads carry raw floating-point values")
+        return read_sparse(data, hdr, FLAG_INDEX32)
+
+
+class RandKCodec(_KSparsifier):
+    """Rand-k (``"randk:k=K,scaled=true"``): ``k`` uniformly random distinct coordinates.
+
+    Each coordinate is kept with probability ``k/d``.  ``scaled=true`` (default)
+    multiplies kept values by ``d/k`` (rounded once into the input dtype):
+    unbiased, ``E‖C(x)−x‖² = (d/k − 1)‖x‖²``, ``ω = sqrt(d/k − 1)``.
+    ``scaled=false``: biased (``E[C(x)] = (k/d) x``), contractive,
+    ``E‖C(x)−x‖² = (1 − k/d)‖x‖²``, ``ω = sqrt(1 − k/d)``.  Lossless only when
+    ``k = d`` or ``x = 0``.  The positions come from ``torch.randperm`` with the
+    given generator.  Size and floor: see :class:`_KSparsifier`.
+    """
+
+    family = FAMILY_RANDK
+    name = "randk"
+    stochastic = True
+
+    def __init__(
+        self,
+        k: int | None,
+        ratio: float | None,
+        scaled: bool = True,
+        fmt: int | None = None,
+        int32: bool = False,
+    ):
+        super().__init__(k, ratio, fmt, int32)
+        self.scaled = scaled
+        self.unbiased = scaled
+
+    @classmethod
+    def from_options(cls, opts: dict[str, str]) -> RandKCodec:
+        from ._core import parse_bool
+
+        k, ratio = _parse_k_ratio("randk", opts)
+        scaled = parse_bool("scaled", opts.pop("scaled", "true"))
+        fmt, int32 = parse_format_options(opts, "randk")
+        return cls(k, ratio, scaled, fmt, int32)
+
+    def spec(self) -> str:
+        parts = self._kspec() + [f"scaled={'true' if self.scaled else 'false'}"]
+        return "randk:" + ",".join(parts + format_options_spec(self.fmt, self.int32))
+
+    def contraction_bound(self, numel: int) -> float | None:
+        k = self.k_for(numel)
+        return math.sqrt(numel / k - 1.0) if self.scaled else math.sqrt(max(0.0, 1.0 - k / numel))
+
+    def is_lossless_on(self, x: torch.Tensor) -> bool:
+        x = self._check(x)
+        return self.k_for(x.numel()) == x.numel() or not bool((x != 0).any())
+
+    def encode(self, x: torch.Tensor, generator: torch.Generator | None = None) -> Payload:
+        x = self._check(x)
+        k, _, iw, fmt = self._layout(x)
+        n = x.numel()
+        flat = x.reshape(-1)
+        idx = torch.randperm(n, generator=generator)[:k].sort().values
+        vals = flat[idx]
+        if self.scaled and k != n:
+            vals = (vals.to(torch.float64) * (n / k)).to(x.dtype)
+            if not bool(torch.isfinite(vals).all()):
+                raise CodecError(f"randk: value scaled by d/k={n / k:g} overflows {x.dtype}")
+        vals = torch.where(vals == 0, torch.zeros_like(vals), vals)
+        flags = (FLAG_INDEX32 if self.int32 else 0) | (FLAG_SCALED if self.scaled else 0)
+        return write_raw_sparse(self.family, x, fmt, iw, flags, k, None, idx, vals)
+
+    @classmethod
+    def decode_body(cls, data: torch.Tensor, hdr: Header) -> torch.Tensor:
+        if hdr.params[0] != 0 or hdr.dtype not in FLOAT_DTYPES:
+            raise CodecError("corrupted header: rand-k payloads carry raw floating-point values")
+        return read_sparse(data, hdr, FLAG_INDEX32 | FLAG_SCALED)
