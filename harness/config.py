@@ -116,9 +116,18 @@ class RunConfig:
         return {"float32": torch.float32, "float64": torch.float64}[self.dtype]
 
     def to_dict(self) -> dict:
+        """Plain JSON values (tuples become lists)."""
         d = {f.name: getattr(self, f.name) for f in dataclasses.fields(self) if f.name != "params"}
         d["params"] = dataclasses.asdict(self.params)
-        return d
+        return _jsonable(d)
+
+
+def _jsonable(v):
+    if isinstance(v, dict):
+        return {str(k): _jsonable(x) for k, x in v.items()}
+    if isinstance(v, (list, tuple)):
+        return [_jsonable(x) for x in v]
+    return v
 
 
 def _parse_value(text: str, tp, key: str):

@@ -27,7 +27,7 @@ class AlgorithmSpec:
     # Models the algorithm trains, when not the transformer presets of
     # harness.models (e.g. a convex problem); the first is the default.
     models: tuple[str, ...] | None = None
-    default_data: str | None = None
+    default_data: str | dict[str, str] | None = None  # a name, or model -> name
 
     def validate(self, cfg: RunConfig) -> None:
         w = cfg.world_size
@@ -72,7 +72,8 @@ def make_config(algorithm: str, **overrides) -> RunConfig:
     if spec.models and overrides.get("model") is None:
         overrides["model"] = spec.models[0]
     if spec.default_data and overrides.get("data") is None:
-        overrides["data"] = spec.default_data
+        d = spec.default_data
+        overrides["data"] = d.get(overrides.get("model"), next(iter(d.values()))) if isinstance(d, dict) else d
     params = overrides.pop("params", None)
     if isinstance(params, dict):
         params = spec.params(**params)

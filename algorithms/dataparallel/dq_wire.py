@@ -1,0 +1,173 @@
+"""What crosses the parameter server's wire, as real bytes, with the paper's bit counts beside.
+
+Every message is a 1-D uint8 payload; :class:`Msg` keeps the payload together
+with the number of bits the paper charges for it (spec seed-double-quant §1.3, §2.5):
+
+=============  =======================================  ==========================================
+kind           bytes actually sent                      paper bits
+=============  =======================================  ==========================================
+flag           1 byte (``x_D = x̃``: the worker has it)  1
+dense b-bit    ``qstoch:bits=b`` codec payload          ``32 + b·d``
+               (``15 + 4 + ⌈b·d/8⌉`` for a 1-D vector)
+sparse b-bit   ``9 + ⌈nnz·w/8⌉ + ⌈nnz·b/8⌉``             ``32 + nnz·(w + b)``, ``w = ⌈log₂ d⌉``
+full           ``fp32`` / ``fp64`` codec payload         ``32·d``
+=============  =======================================  ==========================================
+
+The sparse layout is ours: float32 δ, uint32 nnz, uint8 b, then the nnz indices
+(``w`` bits each) and the nnz offset-binary codes (``b`` bits each), MSB-first.
+The nnz field is needed because byte padding would make the count ambiguous;
+the paper's count leaves it out, and we report both.
+
+The unbiased quantiser is the codec ``qstoch`` (``algorithms/codecs/quant.py``);
+its exact law (:func:`qstoch_law`) gives the exact ``E‖Q(x) − x‖²`` used to
+check the precision constraint (2) without sampling.
+"""
+
+from __future__ import annotations
+
+import math
+import struct
+from dataclasses import dataclass
+
+import torch
+
+from algorithms.codecs import CodecError, Payload, make_codec, pack_bits, qstoch_law, unpack_bits
+from algorithms.codecs import decode as codec_decode
+
+FULL = 32  # "bits" value meaning full precision (no quantisation)
+FLAG_BYTE = torch.tensor([1], dtype=torch.uint8)
+SPARSE_HEADER = struct.Struct("<fIB")  # δ (float32), nnz, b
+
+
+@dataclass(frozen=True)
+class Msg:
+    data: torch.Tensor  # the payload that is sent (uint8, 1-D)
+    paper_bits: int
+    kind: str  # flag | dense | sparse | full
+    nnz: int = -1  # sparse messages only
+
+    @property
+    def nbytes(self) -> int:
+        return int(self.data.numel())
+
+
+def check_bits(bits: int, what: str) -> None:
+    if bits != FULL and not 2 <= bits <= 16:
+        raise ValueError(f"{what} must be 2..16 bits (or {FULL} = full precision), got {bits}")
+
+
+def index_width(d: int) -> int:
+    return max(1, math.ceil(math.log2(d)))
+
+
+# ---- closed forms ------------------------------------------------------------
+def dense_paper_bits(d: int, b: int) -> int:
+    return 32 * d if b == FULL else 32 + b * d
+
+
+def sparse_paper_bits(d: int, nnz: int, b: int) -> int:
+    return 32 + nnz * (index_width(d) + b)
+
+
+def sparse_nbytes(d: int, nnz: int, b: int) -> int:
+    w = index_width(d)
+    return SPARSE_HEADER.size + (nnz * w + 7) // 8 + (nnz * b + 7) // 8
+
+
+# ---- encoders ----------------------------------------------------------------
+def flag() -> Msg:
+    return Msg(FLAG_BYTE.clone(), 1, "flag")
+
+
+def full(x: torch.Tensor) -> Msg:
+    """Full precision in the run's dtype (fp32 runs send float32, fp64 runs float64)."""
+    codec = make_codec("fp64" if x.dtype == torch.float64 else "fp32")
+    return Msg(codec.encode(x).data, 32 * x.numel(), "full")
+
+
+def quantized(x: torch.Tensor, b: int, gen: torch.Generator) -> Msg:
+    """Unbiased b-bit stochastic rounding with δ = ‖x‖∞/(2^{b−1}−1) (or full when b = 32)."""
+    if b == FULL:
+        return full(x)
+    return Msg(make_codec(f"qstoch:bits={b}").encode(x, generator=gen).data, 32 + b * x.numel(), "dense")
+
+
+def exact_mse(x: torch.Tensor, b: int) -> float:
+    """E‖Q(x) − x‖² of the implemented b-bit quantiser, exactly (0 for full precision)."""
+    return 0.0 if b == FULL else qstoch_law(x, b).mse(x)
+
+
+def sparsify_law(alpha: torch.Tensor, phi: float) -> tuple[torch.Tensor, float, float]:
+    """The sparsifier's exact law: keep probabilities p, survivor magnitude ‖α‖₁/φ_t, and φ_t.
+
+    Budget φ_t = phi·‖α‖₁/‖α‖∞ (phi ∈ (0, 1]; phi = 1 is the paper's experiment),
+    ``p_i = |α_i| φ_t / ‖α‖₁ = phi |α_i| / ‖α‖∞ ≤ 1``, so ``Σ p_i = φ_t = E[nnz]``.
+    """
+    if not 0 < phi <= 1:
+        raise ValueError(f"phi must be in (0, 1] (a fraction of the budget ‖α‖₁/‖α‖∞), got {phi}")
+    a = alpha.abs().to(torch.float64)
+    amax = float(a.max()) if a.numel() else 0.0
+    if amax == 0.0:
+        return torch.zeros_like(a), 0.0, 0.0
+    l1 = float(a.sum())
+    phi_t = phi * l1 / amax
+    return (a / amax * phi).clamp(max=1.0), l1 / phi_t, phi_t  # a/amax: the argmax gets exactly 1
+
+
+def sparsify(alpha: torch.Tensor, phi: float, gen: torch.Generator) -> tuple[torch.Tensor, float]:
+    """Unbiased magnitude-proportional sparsification (eq. 4); returns (β, φ_t).
+
+    Survivors are ``α_i / p_i = sign(α_i) ‖α‖₁/φ_t``, written as that constant so
+    every survivor has exactly the same magnitude (which makes the following
+    b-bit quantisation lossless, spec §2.4).
+    """
+    p, mag, phi_t = sparsify_law(alpha, phi)
+    keep = torch.rand(alpha.shape, generator=gen, dtype=torch.float64) < p
+    return torch.where(keep, torch.sign(alpha) * mag, torch.zeros_like(alpha)), phi_t
+
+
+def sparse_quantized(alpha: torch.Tensor, b: int, phi: float, gen: torch.Generator) -> Msg:
+    """Sparsify, then b-bit quantise the survivors; send (index, code) pairs."""
+    beta, _ = sparsify(alpha, phi, gen)
+    idx = torch.nonzero(beta).reshape(-1)
+    nnz, d = idx.numel(), alpha.numel()
+    vals = beta[idx]
+    delta, codes = 0.0, torch.zeros(0, dtype=torch.int64)
+    if nnz:
+        law = qstoch_law(vals, b)  # same scale as Q on the whole β: ‖β_nz‖∞ = ‖β‖∞
+        up = torch.rand(nnz, generator=gen, dtype=torch.float64) < law.p
+        codes, delta = law.k_lo + up.to(torch.int64) + 2 ** (b - 1), law.delta
+    w = index_width(d)
+    out = torch.empty(sparse_nbytes(d, nnz, b), dtype=torch.uint8)
+    out[:SPARSE_HEADER.size] = torch.frombuffer(bytearray(SPARSE_HEADER.pack(delta, nnz, b)), dtype=torch.uint8)
+    ib = (nnz * w + 7) // 8
+    pack_bits(idx, w, out[SPARSE_HEADER.size:SPARSE_HEADER.size + ib])
+    pack_bits(codes, b, out[SPARSE_HEADER.size + ib:])
+    return Msg(out, sparse_paper_bits(d, nnz, b), "sparse", nnz)
+
+
+# ---- decoders ----------------------------------------------------------------
+def is_flag(data: torch.Tensor) -> bool:
+    return data.numel() == 1
+
+
+def decode_dense(data: torch.Tensor) -> torch.Tensor:
+    """A codec payload (qstoch, fp32 or fp64) back to its tensor."""
+    return codec_decode(Payload(data))
+
+
+def decode_sparse(data: torch.Tensor, d: int, dtype: torch.dtype) -> torch.Tensor:
+    if data.numel() < SPARSE_HEADER.size:
+        raise CodecError("sparse gradient message shorter than its header")
+    delta, nnz, b = SPARSE_HEADER.unpack(bytes(data[:SPARSE_HEADER.size].tolist()))
+    if not 2 <= b <= 16 or nnz > d or data.numel() != sparse_nbytes(d, nnz, b):
+        raise CodecError(f"corrupted sparse gradient message (b={b}, nnz={nnz}, {data.numel()} bytes, d={d})")
+    w = index_width(d)
+    ib = (nnz * w + 7) // 8
+    idx = unpack_bits(data[SPARSE_HEADER.size:SPARSE_HEADER.size + ib], w, nnz).to(torch.int64)
+    codes = unpack_bits(data[SPARSE_HEADER.size + ib:], b, nnz).to(torch.int64)
+    if nnz and (int(idx.max()) >= d or bool((idx[1:] <= idx[:-1]).any())):
+        raise CodecError("corrupted sparse gradient message: indices out of range or not increasing")
+    out = torch.zeros(d, dtype=dtype)
+    out[idx] = ((codes - 2 ** (b - 1)).to(torch.float64) * delta).to(dtype)
+    return out
