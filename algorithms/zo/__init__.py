@@ -1,1 +1,7 @@
-"""Zeroth-order family: seeded perturbations, MeZO, SparQ, ZO2 / DistZO2."""
+"""Zeroth-order family: seeded perturbations, MeZO, SparQ (ZO2 / DistZO2 to come).
+
+Importing the package registers ``mezo``, ``sparq`` and the ``sparq``
+experiment of ``commbench reproduce``.
+"""
+
+from . import experiment, mezo, sparq  # noqa: F401

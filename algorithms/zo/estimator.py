@@ -1,0 +1,96 @@
+"""ZO-SGD parameters and the two-point estimators (SparQ Eq. 3 and Eq. 7).
+
+:func:`walk` visits the points a node evaluates in one iteration, with its
+parameters shifted accordingly; every node (one process for MeZO, each stage
+for SparQ) walks the same schedule, so the same evaluation index always means
+the same point ``x + sign mu u_i`` on every node.
+
+* forward difference: ``x`` once, then ``x + mu u_i`` for i = 1..P
+  (``g_i = (f(x + mu u_i) - f(x)) / mu``);
+* central difference: ``x + mu u_i`` and ``x - mu u_i`` for each i
+  (``g_i = (f(x + mu u_i) - f(x - mu u_i)) / (2 mu)``).
+
+All P evaluations use the same ``x_t``; the update
+``x <- x - (lr / P) sum_i g_i u_i`` comes after the last of them.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
+
+import torch
+
+from harness.config import ConfigError
+
+from .perturb import MODES, Perturber, as_scalar
+
+DIFFERENCES = ("forward", "central")
+
+
+@dataclass(frozen=True)
+class ZOParams:
+    lr: float = 1e-3
+    mu: float = 1e-3  # perturbation scale
+    perturbations: int = 1  # P: directions per iteration (P scalars per step)
+    difference: str = "forward"  # forward | central
+    mode: str = "exact"  # exact: stash + copy back; inplace: +mu / -mu (MeZO)
+    track_drift: bool = False  # inplace: measure what restore leaves (costs a stash)
+
+    def __post_init__(self):
+        if not self.lr > 0:
+            raise ConfigError(f"lr must be > 0, got {self.lr}")
+        if not self.mu > 0:
+            raise ConfigError(f"mu (the perturbation scale) must be > 0, got {self.mu}")
+        if not isinstance(self.perturbations, int) or self.perturbations < 1:
+            raise ConfigError(f"perturbations (P) must be an int >= 1, got {self.perturbations!r}")
+        if self.difference not in DIFFERENCES:
+            raise ConfigError(f"difference must be one of {', '.join(DIFFERENCES)}, got {self.difference!r}")
+        if self.mode not in MODES:
+            raise ConfigError(f"mode must be one of {', '.join(MODES)}, got {self.mode!r}")
+
+
+def evaluations(difference: str, P: int) -> list[tuple[int | None, int]]:
+    """``(direction, sign)`` of each evaluation, in order (direction None: unperturbed)."""
+    if difference == "forward":
+        return [(None, 0)] + [(i, +1) for i in range(P)]
+    return [(i, s) for i in range(P) for s in (+1, -1)]
+
+
+def walk(pert: Perturber, seeds: Sequence[int], mu: float, difference: str) -> Iterator[tuple[int | None, int]]:
+    """Yield once per evaluation, with ``pert``'s parameters at ``x + sign mu u_i``."""
+    if difference == "forward":
+        yield None, 0
+        for i, s in enumerate(seeds):
+            pert.shift(s, +mu)
+            yield i, +1
+            pert.restore()
+    else:
+        for i, s in enumerate(seeds):
+            pert.shift(s, +mu)
+            yield i, +1
+            pert.shift(s, -2 * mu)
+            yield i, -1
+            pert.restore()
+
+
+def scalars(losses: Sequence[torch.Tensor], difference: str, mu: float) -> list[float]:
+    """The P projected gradients (float32 values), from the losses in evaluation order."""
+    if difference == "forward":
+        return [as_scalar(f - losses[0], mu) for f in losses[1:]]
+    return [as_scalar(losses[j] - losses[j + 1], 2 * mu) for j in range(0, len(losses), 2)]
+
+
+def logged_loss(losses: Sequence[torch.Tensor], difference: str) -> float:
+    """f(x) for forward differences; the mean of the 2P perturbed losses for central ones."""
+    if difference == "forward":
+        return float(losses[0])
+    return float(sum(float(f) for f in losses) / len(losses))
+
+
+def drift_extras(pert: Perturber) -> dict[str, tuple[float, str]]:
+    if not pert.track_drift:
+        return {}
+    frac = pert.drift_changed / max(1, pert.restored_elements)
+    return {"restore_drift_max": (pert.drift_max, "abs"),
+            "restore_drift_fraction": (frac, "ratio")}

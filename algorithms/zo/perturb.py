@@ -1,0 +1,129 @@
+"""Seeded perturbations: z as a pure function of (seed, global parameter index).
+
+MeZO draws z from a global generator walked over ``named_parameters()``, so z
+depends on the order and on which tensors a process holds; the SparQ paper's
+Perturb/Update resets the *same* seed on every node, which correlates the
+nodes' perturbations (seed-sparq §7 A4).  Here every parameter tensor gets its
+own generator, seeded with ``mix64("z", seed, global_index)``, where the global
+index is the tensor's position in the unsplit model: z is then the same
+whether a tensor sits in a one-process model or in any pipeline stage, on any
+rank, process or backend.  z is drawn in float32 on the CPU and then cast and
+moved, so a float64 or CUDA run sees exactly the float32 CPU values.
+
+The step seeds follow a shared schedule ``s_{t,i} = mix64("step", run_seed,
+t, i)``: every node computes them locally, so no seed crosses the wire.
+
+:class:`Perturber` applies ``x <- x + c z`` in place.  Two restore modes:
+
+* ``exact``: the unperturbed tensors are stashed once per perturbation and
+  copied back, so restore is bit-exact (costs one extra copy of the params);
+* ``inplace``: the classic MeZO sequence (+mu, restore -mu; or +mu, -2mu,
+  restore +mu), which is cheap but does not restore bit-exactly.  With
+  ``track_drift`` it also stashes, only to measure the drift it leaves.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from collections.abc import Sequence
+
+import torch
+from torch import Tensor
+
+MODES = ("exact", "inplace")
+
+
+def mix64(*parts: object) -> int:
+    """A 64-bit integer from a SHA-256 of the parts (domain-separated by the first part)."""
+    text = "commbench.zo/" + "/".join(str(p) for p in parts)
+    return int.from_bytes(hashlib.sha256(text.encode()).digest()[:8], "little")
+
+
+def step_seed(run_seed: int, step: int, i: int) -> int:
+    """Seed of perturbation ``i`` at iteration ``step`` (the shared schedule)."""
+    return mix64("step", int(run_seed), int(step), int(i))
+
+
+def step_seeds(run_seed: int, step: int, num: int) -> list[int]:
+    return [step_seed(run_seed, step, i) for i in range(num)]
+
+
+def z_for(seed: int, index: int, shape: Sequence[int], dtype: torch.dtype = torch.float32,
+          device: torch.device | str = "cpu") -> Tensor:
+    """The perturbation of global parameter ``index`` under ``seed`` (a pure function)."""
+    g = torch.Generator(device="cpu").manual_seed(mix64("z", int(seed), int(index)))
+    z = torch.randn(tuple(shape), generator=g, dtype=torch.float32)
+    return z.to(device=device, dtype=dtype)
+
+
+class Perturber:
+    """Perturb, restore and update ``(global_index, parameter)`` pairs in place."""
+
+    def __init__(self, params: Sequence[tuple[int, Tensor]], mode: str = "exact",
+                 track_drift: bool = False):
+        if mode not in MODES:
+            raise ValueError(f"perturbation mode must be one of {', '.join(MODES)}, got {mode!r}")
+        self.params = [(int(i), p) for i, p in params]
+        self.mode = mode
+        self.track_drift = track_drift and mode == "inplace"
+        self._stash: list[Tensor] | None = None
+        self._seed: int | None = None
+        self._applied = 0.0  # sum of the scales applied since the last restore (inplace)
+        self.drift_max = 0.0  # max |restored - original| seen so far (inplace + track_drift)
+        self.drift_changed = 0  # elements not restored bit-exactly, summed over restores
+        self.restored_elements = 0
+
+    @torch.no_grad()
+    def _add(self, seed: int, scale: float) -> None:
+        for idx, p in self.params:
+            p.add_(z_for(seed, idx, p.shape, p.dtype, p.device), alpha=scale)
+
+    @torch.no_grad()
+    def shift(self, seed: int, scale: float) -> None:
+        """``x <- x + scale z(seed)`` (the first shift after a restore remembers x)."""
+        if self._seed is None:
+            self._seed = seed
+            if self.mode == "exact" or self.track_drift:
+                self._stash = [p.detach().clone() for _, p in self.params]
+        elif seed != self._seed:
+            raise RuntimeError("restore() the previous perturbation before shifting along another seed")
+        self._add(seed, scale)
+        self._applied += scale
+
+    @torch.no_grad()
+    def restore(self) -> None:
+        """Undo the shifts since the last restore (bit-exactly in ``exact`` mode)."""
+        if self._seed is None:
+            return
+        if self.mode == "exact":
+            for (_, p), s in zip(self.params, self._stash, strict=True):
+                p.copy_(s)
+        else:
+            self._add(self._seed, -self._applied)  # -mu after +mu; +mu after +mu, -2mu
+            if self._stash is not None:
+                for (_, p), s in zip(self.params, self._stash, strict=True):
+                    d = (p - s).abs()
+                    if d.numel():
+                        self.drift_max = max(self.drift_max, float(d.max()))
+                    self.drift_changed += int(torch.count_nonzero(d))
+                    self.restored_elements += d.numel()
+        self._stash, self._seed, self._applied = None, None, 0.0
+
+    @torch.no_grad()
+    def update(self, seed: int, coeff: float) -> None:
+        """ZO-SGD update along one direction: ``x <- x - coeff z(seed)``."""
+        if self._seed is not None:
+            raise RuntimeError("update() while a perturbation is applied; restore() first")
+        self._add(seed, -coeff)
+
+
+def zo_update(perturber: Perturber, seeds: Sequence[int], scalars: Sequence[float], lr: float) -> None:
+    """``x <- x - (lr / P) sum_i g_i z_i`` (Eq. 3), applied direction by direction."""
+    P = len(seeds)
+    for s, g in zip(seeds, scalars, strict=True):
+        perturber.update(s, lr / P * float(g))
+
+
+def as_scalar(diff: Tensor, denom: float) -> float:
+    """The projected gradient ``g = diff / denom`` as it travels: one float32."""
+    return float((diff.detach() / denom).to(torch.float32))

@@ -1,0 +1,184 @@
+"""``sparq``: ZO model parallelism with quantised, sparse split activations (SparQ Alg. 1-3).
+
+Stage m holds ``x^(m)`` (build_stage with ``cut="ffn_act"``: every split sits
+right after a block's FFN activation).  Per iteration, every stage walks the
+same evaluation schedule as MeZO (:func:`~.estimator.walk`), shifting only its
+own parameters:
+
+    stage 1:   a = S_1(xi; x^(1) + sign mu u^(1))            -> send C(a), r
+    stage m:   a = S_m(C(a_prev); x^(m) + sign mu u^(m))     -> send C(a), r
+    stage M:   f = F(S_M(C(a_prev); x^(M) + sign mu u^(M)))
+    stage M:   g_i from the losses; broadcast the P float32 scalars to all stages
+    all:       x^(m) <- x^(m) - (lr / P) sum_i g_i u_i^(m)
+
+So a link carries P + 1 (forward) or 2P (central) activation messages per
+iteration and the only backward traffic is P scalars per stage.  With
+``bits=None`` the activation is sent losslessly and the run reaches MeZO's
+parameters bit for bit (exact mode).  See ``wire`` for what crosses and its size.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+
+from algorithms.codecs import Payload
+from harness.config import ConfigError, RunConfig
+from harness.models import PRESETS, build_stage, lm_loss
+from harness.registry import register
+
+from . import wire
+from .estimator import ZOParams, drift_extras, logged_loss, scalars, walk
+from .mezo import batch, log_scalars
+from .perturb import Perturber, step_seeds, zo_update
+from .split import select_split
+
+LABEL_MODES = ("send", "local")
+
+
+@dataclass(frozen=True)
+class SparQParams(ZOParams):
+    bits: int | None = 4  # activation quantiser bits (1..8); None: lossless (identity)
+    signed: bool = True  # signed AQ-SGD fixpoint quantiser (seed-sparq §2.7)
+    format: str = "auto"  # sparse body: auto (cheapest) | dense | bitmap | coo
+    residual: str = "auto"  # residual-stream codec: auto = identity if bits is None else fp16
+    labels: str = "send"  # send: first stage sends them to the last (counted); local: regenerated
+    split: str = "auto"  # ffn_act cut blocks, e.g. "5" or "1,2,3"; auto: choose by measured sparsity
+    split_window: int = 1  # selection: blocks within this distance of the even split
+    calib_batches: int = 2  # selection: validation batches measured
+
+    def __post_init__(self):
+        super().__post_init__()
+        if self.bits is not None and not (isinstance(self.bits, int) and 1 <= self.bits <= 8):
+            raise ConfigError(f"bits must be an int in 1..8 (or none for lossless activations), got {self.bits!r}")
+        if self.format not in wire.FORMATS:
+            raise ConfigError(f"format must be one of {', '.join(wire.FORMATS)}, got {self.format!r}")
+        if self.labels not in LABEL_MODES:
+            raise ConfigError(f"labels must be one of {', '.join(LABEL_MODES)}, got {self.labels!r}")
+        if self.split_window < 0 or self.calib_batches < 1:
+            raise ConfigError("split_window must be >= 0 and calib_batches >= 1")
+        if self.split != "auto":
+            try:
+                self.blocks()
+            except ValueError:
+                raise ConfigError(f"split must be 'auto' or comma-separated block indices, got {self.split!r}") from None
+        if self.residual != "auto":
+            from algorithms.codecs import make_codec
+
+            make_codec(self.residual)  # CodecError names the valid codecs
+
+    def blocks(self) -> tuple[int, ...]:
+        """The explicit split blocks (empty for auto)."""
+        return () if self.split == "auto" else tuple(int(b) for b in self.split.split(",") if b.strip())
+
+
+def _fits(cfg: RunConfig) -> str | None:
+    if cfg.model not in PRESETS:
+        return None
+    n, M, split = PRESETS[cfg.model].num_blocks, cfg.world_size, cfg.params.blocks()
+    if M > n:
+        return f"M = {M} stages is more than the {n} blocks of {cfg.model} (at most one split per block)"
+    if split:
+        if len(split) != M - 1:
+            return f"split names {len(split)} blocks; {M} stages need {M - 1}"
+        if list(split) != sorted(set(split)) or not all(0 <= b < n for b in split):
+            return f"split {list(split)} must be strictly increasing blocks in [0, {n - 1}]"
+    return None
+
+
+def choose_split(cfg: RunConfig) -> tuple[tuple[int, ...], dict[int, float]]:
+    p = cfg.params
+    if p.blocks():
+        return p.blocks(), {}
+    return select_split(cfg.model, cfg.world_size, window=p.split_window, bits=p.bits, signed=p.signed,
+                        seed=cfg.seed, data=cfg.data, batch_size=cfg.batch_size, seq_len=cfg.seq_len,
+                        calib=p.calib_batches, dtype=cfg.torch_dtype)
+
+
+class Link:
+    """Encode, send, receive and decode one stage boundary; keeps the closed form of what it sent."""
+
+    def __init__(self, comm, p: SparQParams, run_itemsize: int):
+        self.comm, self.p, self.itemsize = comm, p, run_itemsize
+        self.act = wire.act_codec(p.bits, p.signed, p.format)
+        self.res = wire.residual_codec(p.residual, p.bits)
+        self.closed_form = 0  # bytes this rank sent this step, from the closed forms
+        self.nnz = self.numel = 0
+
+    def send(self, a: torch.Tensor, r: torch.Tensor, dst: int) -> None:
+        k = wire.act_nnz(a, self.p.bits, self.p.signed)
+        self.nnz, self.numel = self.nnz + k, self.numel + a.numel()
+        self.closed_form += wire.act_nbytes(tuple(a.shape), k, self.p.bits, self.itemsize, self.p.format)
+        self.closed_form += wire.residual_nbytes(tuple(r.shape), self.res, self.itemsize)
+        self.comm.send(self.act.encode(a.detach().cpu()).data, dst, tag="act")
+        self.comm.send(self.res.encode(r.detach().cpu()).data, dst, tag="residual")
+
+    def recv(self, src: int, device) -> tuple[torch.Tensor, torch.Tensor]:
+        a = self.act.decode(Payload(self.comm.recv(src, tag="act")))
+        r = self.res.decode(Payload(self.comm.recv(src, tag="residual")))
+        return a.to(device), r.to(device)
+
+    def send_labels(self, labels: torch.Tensor, dst: int, vocab: int) -> None:
+        t = labels.detach().cpu().to(wire.label_dtype(vocab))
+        self.closed_form += wire.dense_nbytes(tuple(t.shape), t.element_size())
+        self.comm.send(wire.make_codec("identity").encode(t).data, dst, tag="labels")
+
+    def recv_labels(self, src: int, device) -> torch.Tensor:
+        t = wire.make_codec("identity").decode(Payload(self.comm.recv(src, tag="labels")))
+        return t.to(device=device, dtype=torch.int64)
+
+
+@register("sparq", family="zo", params=SparQParams, min_world=2, check=_fits,
+          paper="SparQ: ZO model parallelism with quantisation-induced sparse activations",
+          summary="ZO model parallelism: quantised sparse FFN-activation splits forward, P scalars back")
+def sparq(ctx):
+    cfg, p, comm = ctx.cfg, ctx.params, ctx.comm
+    M, rank = ctx.world_size, ctx.rank
+    first, last = rank == 0, rank == M - 1
+    cuts, rho = choose_split(cfg)
+    stage = build_stage(cfg.model, seed=cfg.seed, num_stages=M, stage_index=rank, cut="ffn_act",
+                        boundaries=list(cuts), dtype=ctx.dtype, device=ctx.device).eval()
+    pert = Perturber([(i, t) for i, _, t in stage.global_named_parameters()], p.mode, p.track_drift)
+    link = Link(comm, p, torch.empty((), dtype=ctx.dtype).element_size())
+    vocab = PRESETS[cfg.model].vocab_size
+    ctx.tokens_per_step = cfg.batch_size * cfg.seq_len
+    nnz_total = numel_total = 0
+    with torch.no_grad():
+        for step in ctx.steps():
+            link.closed_form, link.nnz, link.numel = 0, 0, 0
+            seeds = step_seeds(cfg.seed, step, p.perturbations)
+            ids = labels = None
+            if first or (last and p.labels == "local"):
+                ids, labels = batch(cfg, step, ctx.device)
+            if p.labels == "send" and first:
+                link.send_labels(labels, M - 1, vocab)
+            if p.labels == "send" and last:
+                labels = link.recv_labels(0, ctx.device)
+            losses = []
+            for _ in walk(pert, seeds, p.mu, p.difference):
+                out = stage(ids) if first else stage(*link.recv(rank - 1, ctx.device))
+                if last:
+                    losses.append(lm_loss(out[0], labels))
+                else:
+                    link.send(*out, rank + 1)
+            g = torch.tensor(scalars(losses, p.difference, p.mu) if last else [0.0] * p.perturbations,
+                             dtype=torch.float32)
+            g = comm.broadcast(g, src=M - 1, tag="scalars")  # the only backward traffic
+            zo_update(pert, seeds, g.tolist(), p.lr)
+            if last:
+                link.closed_form += wire.scalars_nbytes(p.perturbations, M)
+                ctx.log(loss=logged_loss(losses, p.difference))
+                log_scalars(ctx, g.tolist())
+            else:
+                ctx.log(act_nnz_ratio=link.nnz / max(1, link.numel))
+            ctx.log(closed_form_bytes=link.closed_form)
+            nnz_total, numel_total = nnz_total + link.nnz, numel_total + link.numel
+    for m, c in enumerate(cuts):
+        ctx.extra[f"split_block{m}"] = (float(c), "block")
+        if c in rho:
+            ctx.extra[f"split_nnz_ratio{m}"] = (rho[c], "ratio")
+    if not last:
+        ctx.extra["act_nnz_ratio"] = (nnz_total / max(1, numel_total), "ratio")
+    ctx.extra.update(drift_extras(pert))
+    return ctx.finish((i, t) for i, _, t in stage.global_named_parameters())

@@ -1,0 +1,95 @@
+"""What crosses a SparQ split, and the closed form of its size.
+
+Per evaluation (one unperturbed or perturbed forward) a split link carries
+two messages: the FFN activation ``C(a)`` (tag ``act``: the per-channel
+fixpoint quantiser + sparse body, or with ``bits=None`` the lossless sparse
+encoding of the raw values) and the residual stream ``r`` (tag ``residual``:
+dense, fp16 by default for quantised runs, raw for identity runs; the block's
+``r + fc2(a)`` needs it, seed-sparq §7 A2).  Once per iteration the first
+stage sends the labels to the last (tag ``labels``, smallest integer dtype
+holding the vocabulary), unless ``labels=local``.  Backward, the last stage
+broadcasts the ``P`` float32 scalars (tag ``scalars``).  Masks and positions
+are recomputed on every stage from the sequence length (batches are never
+padded), so they never cross.
+
+The closed forms below are written from the wire layouts in
+``algorithms.codecs`` (header ``h0``, scales, positions, packed values) and
+checked against the Comm meter's count of the real payloads.
+"""
+
+from __future__ import annotations
+
+import math
+
+import torch
+
+from algorithms.codecs import Codec, fixpoint_quantize, make_codec
+
+FORMATS = ("auto", "dense", "bitmap", "coo")
+
+
+def act_codec(bits: int | None, signed: bool = True, fmt: str = "auto") -> Codec:
+    if bits is None:
+        return make_codec(f"sparse:format={fmt}")
+    return make_codec(f"qchannel:bits={bits},signed={'true' if signed else 'false'},format={fmt}")
+
+
+def residual_codec(spec: str, bits: int | None) -> Codec:
+    if spec == "auto":
+        spec = "identity" if bits is None else "fp16"
+    return make_codec(spec)
+
+
+def label_dtype(vocab_size: int) -> torch.dtype:
+    """Smallest integer dtype that holds every token id."""
+    if vocab_size <= 256:
+        return torch.uint8
+    return torch.int16 if vocab_size <= 2**15 else torch.int32
+
+
+# --------------------------------------------------------------------------- closed forms
+def _packed(count: int, bits: int) -> int:
+    return math.ceil(count * bits / 8)
+
+
+def sparse_body_nbytes(n: int, k: int, vbits: int, fmt: str = "auto") -> int:
+    """Positions + values of ``k`` of ``n`` values of ``vbits`` bits (cheapest format for auto)."""
+    w = max(1, (n - 1).bit_length())  # packed index width, ceil(log2 n)
+    sizes = {"dense": _packed(n, vbits),
+             "bitmap": _packed(n, 1) + _packed(k, vbits),
+             "coo": _packed(k, w) + _packed(k, vbits)}
+    return min(sizes.values()) if fmt == "auto" else sizes[fmt]
+
+
+def dense_nbytes(shape: tuple[int, ...], wire_itemsize: int) -> int:
+    """Dense codec: ``h0 = 11 + 4 ndim`` plus the values."""
+    return 11 + 4 * len(shape) + math.prod(shape) * wire_itemsize
+
+
+def act_nbytes(shape: tuple[int, ...], k: int, bits: int | None, itemsize: int, fmt: str = "auto") -> int:
+    """qchannel: ``h0 + 2H + body(n, k, b)``; identity (sparse, raw values): ``h0 + body(n, k, 8 itemsize)``."""
+    h0 = 17 + 4 * len(shape)
+    n = math.prod(shape)
+    if bits is None:
+        return h0 + sparse_body_nbytes(n, k, 8 * itemsize, fmt)
+    return h0 + 2 * shape[-1] + sparse_body_nbytes(n, k, bits, fmt)
+
+
+def act_nnz(a: torch.Tensor, bits: int | None, signed: bool = True) -> int:
+    """What the act message's body counts as nonzero: quantised codes, or nonzero bit patterns."""
+    if bits is None:
+        ints = {2: torch.int16, 4: torch.int32, 8: torch.int64}[a.element_size()]
+        return int(torch.count_nonzero(a.detach().reshape(-1).view(ints)))
+    return fixpoint_quantize(a.detach().cpu(), bits, signed).nnz
+
+
+def residual_nbytes(shape: tuple[int, ...], codec: Codec, run_itemsize: int) -> int:
+    wire = getattr(codec, "wire", None)
+    if getattr(codec, "name", "") not in ("identity", "fp32", "fp16", "bf16", "fp64"):
+        raise ValueError(f"no closed form for residual codec {codec.spec()}")
+    return dense_nbytes(shape, run_itemsize if wire is None else torch.empty((), dtype=wire).element_size())
+
+
+def scalars_nbytes(P: int, world_size: int) -> int:
+    """Backward: one float32 per perturbation, broadcast to the M-1 other stages."""
+    return 4 * P * (world_size - 1)

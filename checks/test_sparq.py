@@ -1,0 +1,202 @@
+"""``sparq``: equivalence with MeZO, bytes against the closed form, quantised sparsity, split choice."""
+
+import math
+
+import pytest
+import torch
+from hypothesis import given
+from hypothesis import strategies as st
+
+from algorithms.codecs import Payload, make_codec
+from algorithms.zo import wire
+from algorithms.zo.split import candidates, measure_nnz, select_split
+from harness.config import ConfigError
+from harness.data import get_dataset
+from harness.launcher import run
+from harness.models import build_model, split_model
+from harness.registry import make_config
+
+COMMON = dict(model="tiny-opt", steps=3, batch_size=4, seq_len=16, dtype="float64")
+
+
+def _run(algo, world=1, backend="threads", model="tiny-opt", **params):
+    base = dict(lr=1e-2, perturbations=2)
+    base.update(params)
+    cfg = make_config(algo, world_size=world, backend=backend, params=base, **{**COMMON, "model": model})
+    return cfg, run(cfg)
+
+
+def _sha(rec):
+    return rec.metrics["params_sha256"].value
+
+
+@pytest.mark.parametrize("difference", ["forward", "central"])
+@pytest.mark.parametrize("model", ["tiny-opt", "tiny-gpt2", "tiny-llama"])
+def test_identity_sparq_equals_mezo_on_2_and_4_stages(model, difference):
+    _, ref = _run("mezo", model=model, difference=difference)
+    for M in (2, 4):
+        _, rec = _run("sparq", M, model=model, difference=difference, bits=None)
+        assert _sha(rec) == _sha(ref), (M, difference)
+        assert rec.history["g0"] == ref.history["g0"]  # the same scalars every step
+
+
+def test_sparq_threads_equals_gloo():
+    _, t = _run("sparq", 2, bits=4, split="1")
+    _, g = _run("sparq", 2, backend="gloo", bits=4, split="1")
+    assert _sha(t) == _sha(g)
+    assert t.metrics["payload_bytes_per_step"].value == g.metrics["payload_bytes_per_step"].value
+
+
+def _by_rank(rec, key):
+    return {r["rank"]: r["metrics"][key].value for r in rec.per_rank if key in r["metrics"]}
+
+
+@pytest.mark.parametrize("difference, M", [("forward", 2), ("central", 3)])
+def test_dense_bytes_per_step_equal_the_closed_form(difference, M):
+    cfg, rec = _run("sparq", M, difference=difference, bits=None, format="dense", perturbations=3)
+    B, T, P = cfg.batch_size, cfg.seq_len, 3
+    evals = P + 1 if difference == "forward" else 2 * P  # SparQ App. C.3 message counts
+    act = wire.act_nbytes((B, T, 128), 0, None, 8, "dense")  # tiny-opt ffn 128, float64
+    res = wire.dense_nbytes((B, T, 32), 8)
+    labels = wire.dense_nbytes((B, T), 1)  # vocab 256 -> uint8
+    expected = (M - 1) * evals * (act + res) + labels + 4 * P * (M - 1)
+    assert rec.metrics["payload_bytes_per_step"].value == expected
+    assert rec.metrics["messages_per_step"].value == (M - 1) * evals * 2 + 1 + (M - 1)
+    last = M - 1
+    assert _by_rank(rec, "sent_bytes_per_step[scalars]") == {last: 4 * P * (M - 1)}  # P float32 per stage
+    assert _by_rank(rec, "sent_messages_per_step[act]") == {m: evals for m in range(M - 1)}
+    assert _by_rank(rec, "sent_bytes_per_step[labels]") == {0: labels}
+
+
+@pytest.mark.parametrize("bits", [None, 1, 2, 4, 8])
+def test_quantised_bytes_equal_the_closed_form_of_each_message(bits):
+    _, rec = _run("sparq", 3, bits=bits)
+    for r in rec.per_rank:
+        key = "closed_form_bytes" + ("" if r["rank"] == 0 else f"[rank{r['rank']}]")
+        logged = rec.history[key]
+        assert r["metrics"]["payload_bytes_per_step"].value == sum(logged) / len(logged)
+    assert _by_rank(rec, "sent_bytes_per_step[scalars]") == {2: 4 * 2 * 2}
+
+
+def test_quantised_run_is_cheaper_and_reports_its_sparsity():
+    _, dense = _run("sparq", 2, bits=None)
+    _, q4 = _run("sparq", 2, bits=4)
+    _, q1 = _run("sparq", 2, bits=1)
+    b = {k: r.metrics["payload_bytes_per_step"].value for k, r in [("id", dense), ("4", q4), ("1", q1)]}
+    assert b["1"] < b["4"] < b["id"]
+    assert 0 < q4.metrics["act_nnz_ratio"].value < dense.metrics["act_nnz_ratio"].value <= 1
+    assert q1.metrics["act_nnz_ratio"].value == 0  # signed 1-bit maps every ReLU output to 0 (spec §2.7)
+
+
+# --------------------------------------------------------------------------- quantiser and encoding
+@given(bits=st.sampled_from([1, 2, 4, 8]), seed=st.integers(0, 2**31 - 1),
+       scale_exp=st.integers(-4, 8), density=st.floats(0, 1), fmt=st.sampled_from(wire.FORMATS))
+def test_quantiser_round_trips_exactly_on_its_lossless_domain(bits, seed, scale_exp, density, fmt):
+    g = torch.Generator().manual_seed(seed)
+    lo, hi = -(2 ** (bits - 1)), 2 ** (bits - 1) - 1
+    q = torch.randint(lo, hi + 1, (3, 5, 6), generator=g)
+    q = torch.where(torch.rand(q.shape, generator=g) < density, q, 0)
+    q[0, 0, :] = lo  # every channel reaches -s, so its fp16 absmax scale is s
+    s = 2.0**scale_exp * (1 + torch.randint(0, 1024, (6,), generator=g) / 1024)  # fp16-exact scales
+    x = (q * 2.0 ** (1 - bits) * s).float()
+    codec = wire.act_codec(bits, True, fmt)
+    assert codec.is_lossless_on(x)
+    payload = codec.encode(x)
+    assert torch.equal(codec.decode(payload), x)
+    k = wire.act_nnz(x, bits)
+    assert k == int(torch.count_nonzero(q))
+    assert payload.nbytes == wire.act_nbytes(tuple(x.shape), k, bits, 4, fmt) == codec.encoded_nbytes(x)
+
+
+@given(seed=st.integers(0, 2**31 - 1), density=st.floats(0, 1), fmt=st.sampled_from(wire.FORMATS),
+       dtype=st.sampled_from([torch.float32, torch.float64]))
+def test_sparse_encoding_is_lossless_and_sized_by_the_closed_form(seed, density, fmt, dtype):
+    g = torch.Generator().manual_seed(seed)
+    x = torch.relu(torch.randn(4, 9, 7, generator=g, dtype=dtype) + (density - 0.5) * 4)
+    codec = wire.act_codec(None, fmt=fmt)
+    payload = codec.encode(x)
+    assert torch.equal(codec.decode(payload), x)
+    k = wire.act_nnz(x, None)
+    assert payload.nbytes == wire.act_nbytes(tuple(x.shape), k, None, x.element_size(), fmt)
+
+
+def _tiny_acts():
+    model = build_model("tiny-opt", seed=0).eval()
+    ids = get_dataset("synthetic-markov").batch(0, batch_size=8, seq_len=32, seed=0, split="val")[0]
+    with torch.no_grad():
+        act = split_model(model, 2, "ffn_act", [2])[0](ids)[0]
+        hidden = split_model(model, 2, "block", [2])[0](ids)[0]
+    return act, hidden
+
+
+def test_relu_split_at_4_bits_is_sparser_than_a_dense_split():
+    act, hidden = _tiny_acts()
+    relu4 = wire.act_nnz(act, 4) / act.numel()
+    dense4 = wire.act_nnz(hidden, 4) / hidden.numel()
+    assert relu4 < dense4
+    assert relu4 < wire.act_nnz(act, None) / act.numel()  # quantisation adds zeros to ReLU's own
+    # the reported count is what decoding the real payload shows
+    decoded = wire.act_codec(4).decode(wire.act_codec(4).encode(act))
+    assert int(torch.count_nonzero(decoded)) == wire.act_nnz(act, 4)
+    assert wire.act_codec(4).encode(act).nbytes < wire.act_codec(4).encode(hidden).nbytes * 4
+
+
+def test_nnz_is_monotone_in_bits():
+    act, _ = _tiny_acts()
+    counts = [wire.act_nnz(act, b) for b in range(1, 9)]
+    assert counts == sorted(counts)  # seed-sparq P14
+
+
+# --------------------------------------------------------------------------- split selection
+def test_split_selection_picks_the_sparsest_candidate_and_reports_it():
+    cuts, rho = select_split("tiny-opt", 2, bits=4)
+    cand = candidates(4, 2, 1)[0]
+    assert set(rho) == set(cand) and cuts[0] in cand
+    assert rho[cuts[0]] == min(rho.values())
+    assert rho == measure_nnz("tiny-opt", cand, bits=4)
+    _, rec = _run("sparq", 2, bits=4)  # the run calibrates on its own batch shape and dtype
+    run_cuts, run_rho = select_split("tiny-opt", 2, bits=4, batch_size=4, seq_len=16, dtype=torch.float64)
+    assert rec.metrics["split_block0"].value == run_cuts[0]
+    assert rec.metrics["split_nnz_ratio0"].value == run_rho[run_cuts[0]]
+    cuts4, _ = select_split("tiny-opt", 4, bits=4)
+    assert len(cuts4) == 3 and list(cuts4) == sorted(set(cuts4))
+
+
+def test_opt125m_candidates_centre_on_the_papers_block():
+    assert candidates(12, 2, 1) == [[5, 4, 6]]  # 0-based block 5 = the paper's "Block 6"
+
+
+# --------------------------------------------------------------------------- bad config
+@pytest.mark.parametrize("world, params, message", [
+    (2, dict(bits=0), "bits"),
+    (2, dict(bits=9), "bits"),
+    (5, dict(), "more than the 4 blocks"),
+    (2, dict(perturbations=0), "perturbations"),
+    (2, dict(mu=0.0), "mu"),
+    (2, dict(mu=-0.1), "mu"),
+    (2, dict(split="1,2"), "split"),
+    (3, dict(split="2,1"), "split"),
+    (2, dict(labels="telepathy"), "labels"),
+    (2, dict(split="middle"), "split"),
+    (1, dict(), "world size"),
+])
+def test_bad_config_fails_clearly(world, params, message):
+    with pytest.raises(ConfigError, match=message):
+        make_config("sparq", world_size=world, model="tiny-opt", params=params)
+
+
+def test_cli_rejects_bits_zero(capsys):
+    from harness.cli import main
+
+    assert main(["run", "sparq", "--world-size", "2", "--set", "bits=0"]) == 2
+    assert "bits must be an int in 1..8" in capsys.readouterr().err
+
+
+def test_wire_closed_forms_match_the_codecs():
+    x = torch.zeros(2, 3, 40)
+    x[0, 0, :7] = 1.0
+    for fmt in wire.FORMATS:
+        assert make_codec(f"sparse:format={fmt}").encoded_nbytes(x) == wire.act_nbytes((2, 3, 40), 7, None, 4, fmt)
+    r = make_codec("fp16")
+    assert r.encode(x).nbytes == wire.residual_nbytes((2, 3, 40), r, 4) == 11 + 12 + 2 * 240
+    assert math.prod((2, 3)) == Payload(make_codec("identity").encode(torch.zeros(2, 3, dtype=torch.uint8)).data).nbytes - 19
