@@ -1,0 +1,19 @@
+"""asv suite: zeroth-order family (mezo, sparq) on tiny presets.
+
+Bytes and messages per step are deterministic; seconds and memory are tracked.
+"""
+
+from __future__ import annotations
+
+from benchmarks.common import RunSuite
+
+
+class ZerothOrder(RunSuite):
+    runs = {
+        "mezo/w1": ("mezo", dict(world_size=1, backend="threads")),
+        "sparq-4bit/w2/gloo": ("sparq", dict(world_size=2, backend="gloo", params={"bits": 4})),
+        "sparq-lossless/w2/gloo": ("sparq", dict(world_size=2, backend="gloo", params={"bits": None})),
+        "sparq-4bit/w4/threads": ("sparq", dict(world_size=4, backend="threads", params={"bits": 4})),
+    }
+    common = dict(model="tiny-opt", data="wiki-en", steps=5, batch_size=8, seq_len=64)
+    params = list(runs)
