@@ -1,3 +1,4 @@
-"""First-order pipeline family: the uncompressed references and (later) compressed pipelines."""
+"""First-order pipeline family: the uncompressed references and the compressed pipelines
+(direct compression, AQ-SGD, Clapping-FC / FU) with the ``clapping`` experiment."""
 
-from . import sgd  # noqa: F401
+from . import compressed, experiment, sgd  # noqa: F401

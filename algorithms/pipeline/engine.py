@@ -3,9 +3,13 @@
 All micro-batches go forward, then all go backward in the same order, so the
 gradient accumulates micro-batch 0, 1, ... exactly as the single-process
 reference does (which makes the two bit-identical).  Each boundary tensor
-crosses the link as a codec payload: forward under tag "act", backward
-under tag "grad".  With a lossless dense codec this is the uncompressed
-pipeline; later issues put lossy codecs on the links.
+crosses its link through a :class:`~.links.Channel`: forward under tag
+"act", backward under tag "grad".  A channel may compress, keep
+error-feedback state, or (lossless dense codec) be the uncompressed pipeline.
+
+The link is straight-through for autograd: the next stage's input is the
+*reconstructed* activation as a leaf, and its gradient (as reconstructed on
+this side) is fed to ``backward`` of this stage's outputs (spec §2.4).
 """
 
 from __future__ import annotations
@@ -14,8 +18,10 @@ from dataclasses import dataclass
 
 import torch
 
-from algorithms.codecs import Codec, Payload
+from algorithms.codecs import Codec
 from harness.models import Stage, lm_loss
+
+from .links import Channel
 
 
 @dataclass
@@ -24,16 +30,29 @@ class LinkCodecs:
     backward: Codec  # activation gradients, stage r+1 -> r
 
 
-def _send(comm, t: torch.Tensor, dst: int, codec: Codec, tag: str) -> None:
-    comm.send(codec.encode(t.detach().cpu()).data, dst, tag=tag)
+@dataclass
+class StageLinks:
+    """The four channel ends a stage can touch (None at the pipeline's ends)."""
+
+    fwd_in: Channel | None = None  # activations from r-1 (link r-1)
+    bwd_out: Channel | None = None  # gradients to r-1 (link r-1)
+    fwd_out: Channel | None = None  # activations to r+1 (link r)
+    bwd_in: Channel | None = None  # gradients from r+1 (link r)
+
+    @classmethod
+    def direct(cls, rank: int, world: int, codecs: LinkCodecs) -> StageLinks:
+        first, last = rank == 0, rank == world - 1
+        return cls(fwd_in=None if first else Channel(codecs.forward),
+                   bwd_out=None if first else Channel(codecs.backward),
+                   fwd_out=None if last else Channel(codecs.forward),
+                   bwd_in=None if last else Channel(codecs.backward))
+
+    def all(self) -> list[Channel]:
+        return [c for c in (self.fwd_in, self.bwd_out, self.fwd_out, self.bwd_in) if c is not None]
 
 
-def _recv(comm, src: int, codec: Codec, tag: str, device: torch.device) -> torch.Tensor:
-    return codec.decode(Payload(comm.recv(src, tag=tag))).to(device)
-
-
-def pipeline_step(comm, stage: Stage, input_ids: torch.Tensor, labels: torch.Tensor,
-                  micro_batches: int, codecs: LinkCodecs) -> float | None:
+def run_step(comm, stage: Stage, input_ids: torch.Tensor, labels: torch.Tensor,
+             micro_batches: int, links: StageLinks) -> float | None:
     """Forward and backward of one batch on this stage; returns the loss on the last stage."""
     rank, last = comm.rank, comm.world_size - 1
     device = input_ids.device
@@ -45,24 +64,53 @@ def pipeline_step(comm, stage: Stage, input_ids: torch.Tensor, labels: torch.Ten
         if rank == 0:
             inputs = (ids[mb],)
         else:
-            inputs = tuple(_recv(comm, rank - 1, codecs.forward, "act", device).requires_grad_()
-                           for _ in stage.input_names)
+            inputs = tuple(links.fwd_in.recv(comm, rank - 1, "act", (mb, i), device).requires_grad_()
+                           for i in range(len(stage.input_names)))
         outputs = stage(*inputs)
         if rank == last:
             loss = lm_loss(outputs[0], labs[mb]) / micro_batches
             loss_total += loss.item()
             saved.append((inputs, (loss,)))
         else:
-            for t in outputs:
-                _send(comm, t, rank + 1, codecs.forward, "act")
+            for i, t in enumerate(outputs):
+                links.fwd_out.send(comm, t, rank + 1, "act", (mb, i))
             saved.append((inputs, outputs))
-    for inputs, outputs in saved:
+    for mb, (inputs, outputs) in enumerate(saved):
         if rank == last:
             outputs[0].backward()
         else:
-            grads = tuple(_recv(comm, rank + 1, codecs.backward, "grad", device) for _ in outputs)
+            grads = tuple(links.bwd_in.recv(comm, rank + 1, "grad", (mb, i), device)
+                          for i in range(len(outputs)))
             torch.autograd.backward(outputs, grads)
         if rank > 0:
-            for t in inputs:
-                _send(comm, t.grad, rank - 1, codecs.backward, "grad")
+            for i, t in enumerate(inputs):
+                links.bwd_out.send(comm, t.grad, rank - 1, "grad", (mb, i))
     return loss_total if rank == last else None
+
+
+def pipeline_step(comm, stage: Stage, input_ids: torch.Tensor, labels: torch.Tensor,
+                  micro_batches: int, codecs: LinkCodecs) -> float | None:
+    """The stateless case: every link direction carries ``C(x)`` with a fixed codec."""
+    links = StageLinks.direct(comm.rank, comm.world_size, codecs)
+    return run_step(comm, stage, input_ids, labels, micro_batches, links)
+
+
+@torch.no_grad()
+def evaluate(comm, stage: Stage, input_ids: torch.Tensor, labels: torch.Tensor,
+             wire: Codec, tag: str = "eval") -> tuple[float, float] | None:
+    """Uncompressed forward of one batch; (mean loss, next-token accuracy) on the last stage."""
+    rank, last = comm.rank, comm.world_size - 1
+    link = Channel(wire)
+    if rank == 0:
+        inputs = (input_ids,)
+    else:
+        inputs = tuple(link.recv(comm, rank - 1, tag, (0, i), input_ids.device)
+                       for i in range(len(stage.input_names)))
+    outputs = stage(*inputs)
+    if rank != last:
+        for i, t in enumerate(outputs):
+            link.send(comm, t, rank + 1, tag, (0, i))
+        return None
+    logits = outputs[0]
+    acc = (logits.argmax(-1) == labels).double().mean().item()
+    return lm_loss(logits, labels).item(), acc

@@ -1,0 +1,297 @@
+"""Compressed pipeline parallelism: ``direct-compress``, ``aq-sgd``, ``clapping-fc``, ``clapping-fu``.
+
+One rank program (:func:`_train`) for all four; they differ only in what the
+links keep (spec §1.3, §2.9):
+
+=================  =======================================  =====================================
+algorithm          activations, stage e -> e+1              activation gradients, e+1 -> e
+=================  =======================================  =====================================
+direct-compress    C(y)                                      C(v)
+aq-sgd             C(y - ỹ_x), one ỹ_x per training sample   C(v)
+clapping-fc        C(y - ỹ), one ỹ per link end              C(v - ṽ), one ṽ per link end
+clapping-fu        as FC; fresh rows raw and ỹ <- y          as FC; fresh rows raw and ṽ <- v
+=================  =======================================  =====================================
+
+Clapping samples lazily (:mod:`.lazy`): with probability ``1 - p`` a step
+reuses the previous batch (``rule="batch"``) or row (``rule="sample"``).
+EF21 in the paper's comparisons is ``clapping-fc`` with ``p = 1``.  Codecs
+are applied per message (one micro-batch's boundary tensor), not per row.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from dataclasses import dataclass
+
+import torch
+
+from algorithms.codecs import CodecError
+from harness.config import RunConfig
+from harness.data import get_dataset
+from harness.models import PRESETS, build_stage
+from harness.registry import register
+
+from .engine import StageLinks, evaluate, run_step
+from .lazy import RULES, LazyData, fresh_schedule
+from .links import (
+    Channel,
+    EFChannel,
+    SampleMemory,
+    SlotMemory,
+    StepRows,
+    make_link_codec,
+    state_digest,
+    state_nbytes,
+)
+from .optim import OPTIMIZERS, make_optimizer
+from .sgd import CUTS, _fits_model, _wire_codec
+
+
+@dataclass(frozen=True)
+class CompressedParams:
+    lr: float = 0.05
+    optimizer: str = "sgd"  # sgd (torch, `momentum`), ema (paper eq. 3, `m`), paper-adam, adamw
+    momentum: float = 0.0
+    m: float = 0.1
+    beta1: float = 0.1  # paper convention: weight of the new term
+    beta2: float = 0.001
+    eps: float = 1e-8
+    weight_decay: float = 0.0
+    cut: str = "block"
+    fwd: str = "topk:ratio=0.1"  # codec on activations
+    bwd: str = "topk:ratio=0.1"  # codec on activation gradients
+    dataset_size: int = 0  # 0: the data stream; N: a finite set of N samples, multi-epoch
+    eval_batches: int = 0  # uncompressed validation batches after training (val_loss, val_accuracy)
+    log_state_digests: bool = False  # log a digest of every EF state replica after every step
+
+    def __post_init__(self):
+        def need(cond, msg):
+            if not cond:
+                raise ValueError(msg)
+
+        need(self.lr > 0, f"lr must be > 0, got {self.lr}")
+        need(self.optimizer in OPTIMIZERS, f"optimizer must be one of {', '.join(OPTIMIZERS)}, got {self.optimizer!r}")
+        need(0 <= self.momentum < 1, f"momentum must be in [0, 1), got {self.momentum}")
+        need(0 < self.m <= 1, f"m must be in (0, 1], got {self.m}")
+        need(0 < self.beta1 <= 1 and 0 < self.beta2 <= 1, "beta1 and beta2 must be in (0, 1]")
+        need(self.eps > 0, f"eps must be > 0, got {self.eps}")
+        need(self.cut in CUTS, f"cut must be one of {', '.join(CUTS)}, got {self.cut!r}")
+        need(self.dataset_size >= 0, f"dataset_size must be >= 0, got {self.dataset_size}")
+        need(self.eval_batches >= 0, f"eval_batches must be >= 0, got {self.eval_batches}")
+        for name in ("fwd", "bwd"):
+            try:
+                make_link_codec(getattr(self, name))
+            except CodecError as e:
+                raise ValueError(f"{name}: {e}") from None
+
+
+@dataclass(frozen=True)
+class ClappingParams(CompressedParams):
+    p: float = 0.5  # lazy-sampling probability of a fresh draw
+    rule: str = "batch"  # batch-wise or sample-wise lazy sampling
+
+    def __post_init__(self):
+        super().__post_init__()
+        if not 0 < self.p <= 1:
+            raise ValueError(f"p must be in (0, 1], got {self.p}")
+        if self.rule not in RULES:
+            raise ValueError(f"rule must be one of {', '.join(RULES)}, got {self.rule!r}")
+
+
+@dataclass(frozen=True)
+class AQParams(CompressedParams):
+    dataset_size: int = 64
+    raw_first_visit: bool = False  # send a sample's first visit uncompressed (original AQ-SGD)
+
+    def __post_init__(self):
+        super().__post_init__()
+        if self.dataset_size < 1:
+            raise ValueError("aq-sgd needs a finite dataset: dataset_size must be >= 1")
+
+
+# --------------------------------------------------------------------------- shapes and checks
+def boundary_widths(cfg: RunConfig) -> list[int]:
+    """Last dimension of each tensor that crosses a link (block cut: hidden; ffn_act: FFN act + residual)."""
+    pr = PRESETS[cfg.model]
+    return [pr.d_model] if cfg.params.cut == "block" else [pr.ffn_dim, pr.d_model]
+
+
+def _partial_messages(cfg: RunConfig) -> bool:
+    p = cfg.params
+    return (cfg.algorithm == "clapping-fu" and p.rule == "sample") or getattr(p, "raw_first_visit", False)
+
+
+def _check(cfg: RunConfig) -> str | None:
+    msg = _fits_model(cfg)
+    if msg or cfg.model not in PRESETS:
+        return msg
+    p = cfg.params
+    if p.dataset_size and p.dataset_size % cfg.batch_size:
+        return f"dataset_size {p.dataset_size} is not a multiple of batch_size {cfg.batch_size}"
+    mb = cfg.batch_size // cfg.micro_batches
+    rows = 1 if _partial_messages(cfg) else mb
+    d = rows * cfg.seq_len * min(boundary_widths(cfg))
+    for name in ("fwd", "bwd"):
+        codec = make_link_codec(getattr(p, name))
+        k = getattr(codec, "k", None)
+        if k is not None and k > d:
+            return (f"{name}={getattr(p, name)}: K={k} > d={d}, the elements in the smallest message "
+                    f"({rows} row(s) x seq_len {cfg.seq_len} x width {min(boundary_widths(cfg))})")
+    return None
+
+
+# --------------------------------------------------------------------------- the rank program
+def _gen(*parts) -> torch.Generator:
+    h = hashlib.sha256("/".join(map(str, parts)).encode()).digest()[:8]
+    return torch.Generator().manual_seed(int.from_bytes(h, "little"))
+
+
+def build_links(algorithm: str, rank: int, world: int, p, dtype: torch.dtype, seed: int) -> StageLinks:
+    fwd, bwd, wire = make_link_codec(p.fwd), make_link_codec(p.bwd), _wire_codec(dtype)
+
+    def end(direction: str, link: int, sender: bool):
+        codec = fwd if direction == "act" else bwd
+        g = _gen(seed, "codec", direction, link) if sender else None  # only the sender draws
+        if algorithm == "direct-compress" or (algorithm == "aq-sgd" and direction == "grad"):
+            return Channel(codec, g)
+        if algorithm == "aq-sgd":
+            memory = SampleMemory(p.dataset_size, p.raw_first_visit)
+        else:
+            memory = SlotMemory(reset_fresh=algorithm == "clapping-fu")
+        return EFChannel(codec, wire, memory, dtype, g)
+
+    first, last = rank == 0, rank == world - 1
+    return StageLinks(fwd_in=None if first else end("act", rank - 1, False),
+                      bwd_out=None if first else end("grad", rank - 1, True),
+                      fwd_out=None if last else end("act", rank, True),
+                      bwd_in=None if last else end("grad", rank, False))
+
+
+def _digests(links: StageLinks, rank: int) -> dict[str, float]:
+    named = {f"ef_act_link{rank - 1}": links.fwd_in, f"ef_grad_link{rank - 1}": links.bwd_out,
+             f"ef_act_link{rank}": links.fwd_out, f"ef_grad_link{rank}": links.bwd_in}
+    return {k: state_digest(c) for k, c in named.items() if c is not None and c.memory is not None}
+
+
+def _train(ctx):
+    cfg, p = ctx.cfg, ctx.params
+    stage = build_stage(cfg.model, seed=cfg.seed, num_stages=ctx.world_size, stage_index=ctx.rank,
+                        cut=p.cut, dtype=ctx.dtype, device=ctx.device)
+    links = build_links(cfg.algorithm, ctx.rank, ctx.world_size, p, ctx.dtype, cfg.seed)
+    opt = make_optimizer(stage.parameters(), p)
+    lazy = LazyData(cfg.data, batch_size=cfg.batch_size, seq_len=cfg.seq_len, seed=cfg.seed,
+                    p=getattr(p, "p", 1.0), rule=getattr(p, "rule", "batch"), dataset_size=p.dataset_size)
+    ctx.tokens_per_step = cfg.batch_size * cfg.seq_len
+    fresh_rows = 0
+    for step in ctx.steps():
+        fresh = lazy.next(step)
+        fresh_rows += int(fresh.sum())
+        rows = StepRows(fresh, lazy.sample_ids, cfg.micro_batches)
+        for ch in links.all():
+            ch.begin_step(rows)
+        opt.zero_grad(set_to_none=True)
+        loss = run_step(ctx.comm, stage, lazy.ids.to(ctx.device), lazy.labels.to(ctx.device),
+                        cfg.micro_batches, links)
+        opt.step()
+        if loss is not None:
+            ctx.log(loss=loss)
+        if p.log_state_digests:
+            ctx.log(**_digests(links, ctx.rank))
+    # after the measured window: nothing below is counted as training traffic
+    mine = sum(state_nbytes(c) for c in links.all())
+    total = ctx.comm.all_reduce(torch.tensor([float(mine)], dtype=torch.float64), op="sum", tag="ef-memory")
+    ctx.extra["ef_state_bytes_rank_max"] = (float(mine), "bytes")
+    ctx.extra["ef_state_bytes_total"] = (float(total[0]), "bytes")
+    ctx.extra["fresh_fraction"] = (fresh_rows / (cfg.steps * cfg.batch_size), "ratio")
+    _evaluate(ctx, stage, p.eval_batches)
+    return ctx.finish((i, t) for i, _, t in stage.global_named_parameters())
+
+
+def _evaluate(ctx, stage, batches: int) -> None:
+    if not batches:
+        return
+    cfg, data = ctx.cfg, get_dataset(ctx.cfg.data)
+    results = []
+    for i in range(batches):
+        ids, labels = data.batch(i, batch_size=cfg.batch_size, seq_len=cfg.seq_len, seed=cfg.seed, split="val")
+        results.append(evaluate(ctx.comm, stage, ids.to(ctx.device), labels.to(ctx.device), _wire_codec(ctx.dtype)))
+    if results[0] is not None:
+        ctx.extra["val_loss"] = (sum(r[0] for r in results) / batches, "nats/token")
+        ctx.extra["val_accuracy"] = (sum(r[1] for r in results) / batches, "fraction")
+
+
+_COMMON = dict(family="pipeline", min_world=2, check=_check, paper="clapping")
+
+
+@register("direct-compress", params=CompressedParams, **_COMMON,
+          summary="pipeline SGD with activations and activation gradients compressed directly, C(y), C(v)")
+def direct_compress(ctx):
+    return _train(ctx)
+
+
+@register("aq-sgd", params=AQParams, **_COMMON,
+          summary="AQ-SGD: per-sample error feedback on activations (buffers on both link ends), "
+                  "directly compressed gradients")
+def aq_sgd(ctx):
+    return _train(ctx)
+
+
+@register("clapping-fc", params=ClappingParams, **_COMMON,
+          summary="Clapping-FC: lazy sampling + error feedback both ways, one state per link end; "
+                  "every message compressed (p = 1 is EF21)")
+def clapping_fc(ctx):
+    return _train(ctx)
+
+
+@register("clapping-fu", params=ClappingParams, **_COMMON,
+          summary="Clapping-FU: as FC, but a fresh sample's first step is sent uncompressed and resets the states")
+def clapping_fu(ctx):
+    return _train(ctx)
+
+
+# --------------------------------------------------------------------------- closed forms
+def expected_bytes_per_step(cfg: RunConfig) -> float:
+    """Closed-form payload bytes per step (codecs whose size depends only on shape and dtype).
+
+    Per link and micro-batch, each boundary tensor ``[b, T, w]`` crosses once
+    each way.  Direct, AQ-SGD (zero-start buffers) and FC send the codec's size;
+    FU sends fresh rows in the lossless wire codec and kept rows compressed, as
+    separate messages.
+    """
+    p, dt = cfg.params, cfg.torch_dtype
+    fwd, bwd, wire = make_link_codec(p.fwd), make_link_codec(p.bwd), _wire_codec(dt)
+    mb = cfg.batch_size // cfg.micro_batches
+    if getattr(p, "raw_first_visit", False):
+        raise ValueError("no closed form implemented for aq-sgd with raw_first_visit")
+
+    def size(codec, rows, w):
+        return codec.encoded_nbytes(torch.zeros(rows, cfg.seq_len, w, dtype=dt)) if rows else 0
+
+    total = 0
+    if cfg.algorithm == "clapping-fu":
+        masks = fresh_schedule(cfg.data, batch_size=cfg.batch_size, seq_len=cfg.seq_len, seed=cfg.seed,
+                               p=p.p, rule=p.rule, dataset_size=p.dataset_size, steps=cfg.steps)
+        for fresh in masks:
+            for m in range(cfg.micro_batches):
+                raw = int(fresh[m * mb:(m + 1) * mb].sum())
+                for w in boundary_widths(cfg):
+                    total += size(wire, raw, w) * 2 + size(fwd, mb - raw, w) + size(bwd, mb - raw, w)
+        total /= cfg.steps
+    else:
+        total = cfg.micro_batches * sum(size(fwd, mb, w) + size(bwd, mb, w) for w in boundary_widths(cfg))
+    return (cfg.world_size - 1) * total
+
+
+def ef_state_elements(algorithm: str, *, links: int, batch: int, seq_len: int, width: int,
+                      dataset_size: int) -> int:
+    """Error-feedback elements held by all ranks (both replicas of every state).
+
+    Clapping: ỹ and ṽ, ``B x s x h`` each, on both ends of each link: ``4 (E-1) B s h``
+    (paper App. H).  AQ-SGD: one ỹ per training sample on both ends:
+    ``2 (E-1) N s h``.  Direct compression keeps nothing.
+    """
+    if algorithm in ("clapping-fc", "clapping-fu"):
+        return 4 * links * batch * seq_len * width
+    if algorithm == "aq-sgd":
+        return 2 * links * dataset_size * seq_len * width
+    return 0
