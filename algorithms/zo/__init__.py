@@ -5,3 +5,5 @@ experiment of ``commbench reproduce``.
 """
 
 from . import experiment, mezo, sparq  # noqa: F401
+
+from . import distzo2, distzo2_experiment, zo2  # noqa: F401  # isort: skip  (DistZO2)
