@@ -52,6 +52,7 @@ __all__ = [
     "WikiDataset",
     "get_dataset",
     "register_dataset",
+    "token_datasets",
 ]
 
 SPLITS = ("train", "val")
@@ -96,6 +97,7 @@ class Dataset:
     source: str = ""
     description: str = ""
     vocab_size: int = VOCAB_SIZE
+    modality: str = "tokens"  # "tokens": batch() gives LM batches; "table": read by its family
 
     def batch(self, step: int, *, batch_size: int, seq_len: int, seed: int, split: str = "train",
               shard: int = 0, num_shards: int = 1) -> tuple[Tensor, Tensor]:
@@ -363,6 +365,11 @@ def register_dataset(cls: type[Dataset]) -> type[Dataset]:
 @functools.cache
 def _instance(name: str) -> Dataset:
     return _FACTORIES[name]()
+
+
+def token_datasets() -> tuple[str, ...]:
+    """Names of the registered datasets that produce language-model batches."""
+    return tuple(n for n, cls in _FACTORIES.items() if cls.modality == "tokens")
 
 
 def get_dataset(name: str) -> Dataset:

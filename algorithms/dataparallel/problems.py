@@ -49,6 +49,7 @@ class _TableData(Dataset):
     whole (``Problem``), so token batches do not apply."""
 
     kind = "real"
+    modality = "table"
 
     def batch(self, step, **kw):
         raise NotImplementedError(f"{self.name} is a feature table; use algorithms.dataparallel.problems")
