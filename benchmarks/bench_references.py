@@ -23,3 +23,6 @@ class FOReferences(RunSuite):
     common = dict(model="tiny-opt", data="synthetic-markov", steps=10, batch_size=8, seq_len=64,
                   micro_batches=2)
     params = list(runs)
+
+    def setup_cache(self):
+        return self.run_all()

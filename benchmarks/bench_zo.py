@@ -17,3 +17,22 @@ class ZerothOrder(RunSuite):
     }
     common = dict(model="tiny-opt", data="wiki-en", steps=5, batch_size=8, seq_len=64)
     params = list(runs)
+
+    def setup_cache(self):
+        return self.run_all()
+
+
+class DistZO2(RunSuite):
+    """ZO2 offloading and its distributed modes on small-opt (gloo ranks)."""
+
+    runs = {
+        "zo2/w1": ("zo2", dict(world_size=1, backend="threads")),
+        "distzo2-pertp/w2": ("distzo2-pertp", dict(world_size=2, backend="gloo")),
+        "distzo2-ddp/w2": ("distzo2-ddp", dict(world_size=2, backend="gloo")),
+        "distzo2-2d/w4": ("distzo2-2d", dict(world_size=4, backend="gloo")),
+    }
+    common = dict(model="small-opt", data="wiki-en", steps=4, batch_size=4, seq_len=64)
+    params = list(runs)
+
+    def setup_cache(self):
+        return self.run_all()

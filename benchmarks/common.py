@@ -23,13 +23,17 @@ def _run_all(runs: dict, common: dict) -> dict:
 
 
 class RunSuite:
+    """Subclasses define ``runs``, ``common``, ``params = list(runs)`` and their
+    own one-line ``setup_cache`` (asv keys its cache by where that function is
+    defined, so an inherited one would be shared between classes)."""
+
     runs: dict = {}
     common: dict = {}
     params: list = []
     param_names = ["run"]
     timeout = 900
 
-    def setup_cache(self):
+    def run_all(self):
         return _run_all(self.runs, self.common)
 
     def track_payload_bytes_per_step(self, cache, key):

@@ -47,17 +47,33 @@ def run_experiments(name: str, *, scale: str, out_dir: Path, quiet: bool = False
     tables = []
     for exp in chosen:
         t0 = time.perf_counter()
-        for table in exp.run(scale, out_dir, quiet):
-            stem = out_dir / f"{exp.name}"
-            for fmt, suffix in (("md", ".md"), ("csv", ".csv"), ("html", ".html")):
-                write_table(table, stem.with_suffix(suffix), fmt)
+        exp_tables = exp.run(scale, out_dir, quiet)
+        for table in exp_tables:
             if quiet:
                 print(render(table, "md"))
             else:
                 print_table(table)
-            tables.append(table)
-        print(f"{exp.name}: {time.perf_counter() - t0:.1f} s; tables in {out_dir}/{exp.name}.{{md,csv,html}}")
+        written = _write_tables(exp.name, exp_tables, out_dir, write_table)
+        tables.extend(exp_tables)
+        print(f"{exp.name}: {time.perf_counter() - t0:.1f} s; tables in {', '.join(written)}")
     return tables
+
+
+def _write_tables(name: str, tables: list[Table], out_dir: Path, write_table) -> list[str]:
+    """All of an experiment's tables in one markdown file; CSV and HTML one file per table."""
+    from .results import atomic_write
+    from .tables import render
+
+    out_dir.mkdir(parents=True, exist_ok=True)
+    md = out_dir / f"{name}.md"
+    atomic_write(md, "\n\n".join(render(t, "md") for t in tables))
+    written = [str(md)]
+    for i, table in enumerate(tables, 1):
+        stem = out_dir / (name if len(tables) == 1 else f"{name}-{i}")
+        for fmt in ("csv", "html"):
+            write_table(table, stem.with_suffix(f".{fmt}"), fmt)
+        written.append(f"{stem}.{{csv,html}}")
+    return written
 
 
 # --------------------------------------------------------------------------- foundation

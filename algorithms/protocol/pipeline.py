@@ -1,0 +1,341 @@
+"""``protocol``: the subspace-constrained pipeline, and ``protocol-central``, the same
+constrained model trained unsplit in one process (its reference).
+
+The schedule is the compressed-pipeline engine's (``algorithms.pipeline.engine``):
+all micro-batches forward, then all backward in the same order, one stage per
+rank, tags ``"act"`` / ``"grad"``.  What crosses a boundary (spec §2.4, §2.5):
+
+* forward, two messages per micro-batch: ``C = (X - PE - T_fixed[ids]) U``
+  ([b, n, k] in the wire dtype) and the token ids ([b, n], 1 byte each for a
+  vocabulary up to 256, 2 up to 65 536, else 4).  The receiver rebuilds
+  ``X = C Uᵀ + PE + T_fixed[ids]`` exactly;
+* backward, one message: ``∂L/∂C = G U`` ([b, n, k]); autograd of the
+  sender's encode turns it into ``G U Uᵀ``.
+
+After backward every rank projects the gradients of its constrained tensors
+(their projected gradient is what both the split and the unsplit model agree
+on, spec I7), steps AdamW (row-constant second moment for the down
+projections) and projects the constrained tensors again.  Every
+``grassmann_every`` steps the last rank, which accumulated ``Gᵀ G`` of its
+full-width input gradient, takes a Grassmann step, broadcasts the new ``U``
+(tag ``"grassmann"``), and every rank re-projects its tensors and first moments.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+
+from algorithms.codecs import make_codec
+from algorithms.pipeline.links import Channel
+from harness.config import RunConfig
+from harness.data import get_dataset
+from harness.models import PRESETS, build_model, build_stage, lm_loss, max_stages
+from harness.registry import register
+
+from .model import WP2_OPTIMIZERS, ConstrainedModel, first_free_block, residual_problem
+from .subspace import SubspaceAdamW, Wire, fixed_table, grassmann_step, make_basis
+
+WIRES = ("auto", "fp64", "fp32", "bf16", "fp16")
+
+
+@dataclass(frozen=True)
+class ProtocolParams:
+    k: int = 8  # subspace dimension (compression d / k)
+    lr: float = 1e-3
+    beta1: float = 0.9  # torch convention (weight of the old moment)
+    beta2: float = 0.95
+    eps: float = 1e-8
+    weight_decay: float = 0.01
+    wp2_optimizer: str = "rowconst_adamw"  # or "adamw" (+ projection, as node0)
+    grassmann_every: int = 0  # N: a Grassmann subspace update every N steps (0: fixed subspace)
+    grassmann_eta: float = 0.25  # η0; the step is η0 / λmax(S)
+    fixed_std: float = 0.02  # std of the frozen T_fixed and PE_fixed tables
+    basis_seed: int = 0  # U = QR(N(0,1)) from (seed, basis_seed)
+    wire: str = "auto"  # dtype of C on the wire; auto: the run dtype (lossless)
+
+    def __post_init__(self):
+        def need(cond, msg):
+            if not cond:
+                raise ValueError(msg)
+
+        need(isinstance(self.k, int) and self.k >= 1, f"k must be an int >= 1, got {self.k!r}")
+        need(self.lr > 0, f"lr must be > 0, got {self.lr}")
+        need(0 <= self.beta1 < 1 and 0 <= self.beta2 < 1, "beta1 and beta2 must be in [0, 1)")
+        need(self.eps > 0, f"eps must be > 0, got {self.eps}")
+        need(self.weight_decay >= 0, f"weight_decay must be >= 0, got {self.weight_decay}")
+        need(self.wp2_optimizer in WP2_OPTIMIZERS,
+             f"wp2_optimizer must be one of {', '.join(WP2_OPTIMIZERS)}, got {self.wp2_optimizer!r}")
+        need(self.grassmann_every >= 0, f"grassmann_every must be >= 0, got {self.grassmann_every}")
+        need(self.grassmann_eta > 0, f"grassmann_eta must be > 0, got {self.grassmann_eta}")
+        need(self.fixed_std >= 0, f"fixed_std must be >= 0, got {self.fixed_std}")
+        need(self.basis_seed >= 0, f"basis_seed must be >= 0, got {self.basis_seed}")
+        need(self.wire in WIRES, f"wire must be one of {', '.join(WIRES)}, got {self.wire!r}")
+
+
+@dataclass(frozen=True)
+class CentralParams(ProtocolParams):
+    stages: int = 2  # constrain the blocks that a split into this many stages puts before the last
+    constrained: bool = True  # False: the plain (unconstrained) model with the same AdamW
+
+    def __post_init__(self):
+        super().__post_init__()
+        if self.stages < 2:
+            raise ValueError(f"stages must be >= 2, got {self.stages}")
+
+
+# --------------------------------------------------------------------------- set-up
+def _check(cfg: RunConfig) -> str | None:
+    msg = residual_problem(cfg.model)
+    if msg:
+        return msg
+    pr, p = PRESETS[cfg.model], cfg.params
+    if p.k >= pr.d_model:
+        return f"k = {p.k} must be < d = {pr.d_model} (the model width of {cfg.model}); k >= d compresses nothing"
+    stages = cfg.world_size if cfg.algorithm == "protocol" else p.stages
+    if stages > max_stages(pr.num_blocks):
+        return f"{stages} stages do not fit {cfg.model}, which has {pr.num_blocks} blocks"
+    return None
+
+
+def make_wire(cfg: RunConfig, dtype: torch.dtype, device) -> Wire:
+    """``U``, ``T_fixed`` and ``PE_fixed`` from the seed: identical on every rank."""
+    pr, p = PRESETS[cfg.model], cfg.params
+    U = make_basis(pr.d_model, p.k, seed=cfg.seed * 1_000_003 + p.basis_seed, dtype=dtype).to(device)
+    t_fixed = fixed_table(pr.vocab_size, pr.d_model, cfg.seed, "tokens", p.fixed_std, dtype).to(device)
+    pe = None
+    if pr.family != "llama":  # learned absolute positions: a fixed high-rank part too
+        pe = fixed_table(pr.max_positions, pr.d_model, cfg.seed, "positions", p.fixed_std, dtype).to(device)
+    return Wire(U, t_fixed, pe)
+
+
+def wire_codec(p, dtype: torch.dtype):
+    if p.wire == "auto":
+        return make_codec("fp64" if dtype == torch.float64 else "fp32")
+    return make_codec(p.wire)
+
+
+def id_dtype(vocab: int) -> torch.dtype:
+    """Narrowest wire type for token ids (ids up to 65 535 go as int16 shifted by 32 768)."""
+    return torch.uint8 if vocab <= 256 else torch.int16 if vocab <= 65536 else torch.int32
+
+
+def ids_to_wire(ids: torch.Tensor, vocab: int) -> torch.Tensor:
+    dt = id_dtype(vocab)
+    return (ids - 32768).to(dt) if dt == torch.int16 else ids.to(dt)
+
+
+def ids_from_wire(t: torch.Tensor) -> torch.Tensor:
+    return t.long() + 32768 if t.dtype == torch.int16 else t.long()
+
+
+def batch(cfg: RunConfig, step: int, device):
+    ids, labels = get_dataset(cfg.data).batch(step, batch_size=cfg.batch_size, seq_len=cfg.seq_len, seed=cfg.seed)
+    return ids.to(device), labels.to(device)
+
+
+# --------------------------------------------------------------------------- one step
+class GramAccumulator:
+    """``S = Σ Gᵀ G`` of the full-width gradient at the last stage's input, and its count."""
+
+    def __init__(self, d: int, dtype, device):
+        self.s = torch.zeros(d, d, dtype=dtype, device=device)
+        self.steps = 0
+
+    def add(self, g: torch.Tensor) -> None:
+        g = g.detach().reshape(-1, g.shape[-1])
+        self.s += g.T @ g
+
+    def reset(self) -> None:
+        self.s.zero_()
+        self.steps = 0
+
+
+def protocol_step(comm, stage, wire: Wire, input_ids, labels, micro_batches: int, codec,
+                  vocab: int, gram: GramAccumulator | None = None) -> float | None:
+    """Forward and backward of one batch on this rank's stage; the loss on the last rank."""
+    rank, last = comm.rank, comm.world_size - 1
+    device = input_ids.device
+    act, grad, idc = Channel(codec), Channel(codec), Channel(make_codec("identity"))
+    ids, labs = input_ids.chunk(micro_batches), labels.chunk(micro_batches)
+    saved, loss_total = [], 0.0
+    for mb in range(micro_batches):
+        c_in = x_in = None
+        if rank == 0:
+            tok = ids[mb]
+            x = stage(tok)[0]
+        else:
+            c_in = act.recv(comm, rank - 1, "act", (mb, 0), device).requires_grad_()
+            tok = ids_from_wire(idc.recv(comm, rank - 1, "act", (mb, 1), device))
+            x_in = wire.decode(c_in, tok)
+            if gram is not None and rank == last:
+                x_in.retain_grad()
+            x = stage(x_in)[0]
+        if rank == last:
+            loss = lm_loss(x, labs[mb]) / micro_batches
+            loss_total += loss.item()
+            saved.append((c_in, x_in, loss))
+        else:
+            c_out = wire.encode(x, tok)
+            act.send(comm, c_out, rank + 1, "act", (mb, 0))
+            idc.send(comm, ids_to_wire(tok, vocab), rank + 1, "act", (mb, 1))
+            saved.append((c_in, x_in, c_out))
+    for mb, (c_in, x_in, out) in enumerate(saved):
+        if rank == last:
+            out.backward()
+            if gram is not None:
+                gram.add(x_in.grad)
+        else:
+            torch.autograd.backward(out, grad.recv(comm, rank + 1, "grad", (mb, 0), device))
+        if rank > 0:
+            grad.send(comm, c_in.grad, rank - 1, "grad", (mb, 0))
+    if gram is not None:
+        gram.steps += 1
+    return loss_total if rank == last else None
+
+
+def grassmann_sync(comm, wire: Wire, model: ConstrainedModel, opt, gram: GramAccumulator | None,
+                   eta0: float, src: int) -> None:
+    """The ``src`` rank steps ``U``; everyone receives it, re-projects weights and first moments."""
+    new = grassmann_step(wire.U, gram.s, gram.steps, eta0) if comm.rank == src else torch.empty_like(wire.U)
+    if comm.world_size > 1:
+        new = comm.broadcast(new.cpu(), src=src, tag="grassmann").to(wire.U.device)
+    wire.U = new
+    model.project()
+    model.project_moments(opt)
+    if gram is not None:
+        gram.reset()
+
+
+def _report(ctx, wire: Wire, model: ConstrainedModel, U0: torch.Tensor, updates: int) -> None:
+    U = wire.U.double()
+    eye = torch.eye(U.shape[1], dtype=torch.float64, device=U.device)
+    ctx.extra["subspace_distance"] = (model.distance(), "ratio")
+    ctx.extra["basis_orthonormality_error"] = (float((U.T @ U - eye).abs().max()), "abs")
+    # sine of the largest principal angle between the initial and the final subspace
+    cos = torch.linalg.svdvals(U0.double().T @ U).clamp(max=1.0)
+    ctx.extra["basis_shift_sin"] = (float((1 - cos.min() ** 2).clamp(min=0).sqrt()), "ratio")
+    ctx.extra["grassmann_updates"] = (float(updates), "count")
+    ctx.extra["compression_ratio"] = (wire.d / wire.k, "ratio")
+
+
+# --------------------------------------------------------------------------- the algorithms
+@register("protocol", family="protocol", params=ProtocolParams, min_world=2, check=_check,
+          paper="protocol",
+          summary="Protocol Models: subspace-constrained pipeline, lossless k-dim activations + token ids "
+                  "forward and k-dim gradients backward, row-mean AdamW, Grassmann subspace updates")
+def protocol(ctx):
+    cfg, p = ctx.cfg, ctx.params
+    S, last = ctx.world_size, ctx.world_size - 1
+    pr = PRESETS[cfg.model]
+    stage = build_stage(cfg.model, seed=cfg.seed, num_stages=S, stage_index=ctx.rank,
+                        dtype=ctx.dtype, device=ctx.device)
+    wire = make_wire(cfg, ctx.dtype, ctx.device)
+    model = ConstrainedModel(stage, wire, first_free_block(pr.num_blocks, S))
+    opt = model.optimizer(p)
+    codec = wire_codec(p, ctx.dtype)
+    gram = GramAccumulator(pr.d_model, ctx.dtype, ctx.device) if p.grassmann_every and ctx.rank == last else None
+    U0, updates = wire.U.clone(), 0
+    ctx.tokens_per_step = cfg.batch_size * cfg.seq_len
+    for step in ctx.steps():
+        input_ids, labels = batch(cfg, step, ctx.device)
+        opt.zero_grad(set_to_none=True)
+        loss = protocol_step(ctx.comm, stage, wire, input_ids, labels, cfg.micro_batches, codec,
+                             pr.vocab_size, gram)
+        model.project_grads()
+        opt.step()
+        model.project()
+        if p.grassmann_every and (step + 1) % p.grassmann_every == 0:
+            grassmann_sync(ctx.comm, wire, model, opt, gram, p.grassmann_eta, src=last)
+            updates += 1
+        if loss is not None:
+            ctx.log(loss=loss)
+    _report(ctx, wire, model, U0, updates)
+    return ctx.finish((i, t) for i, _, t in stage.global_named_parameters())
+
+
+@register("protocol-central", family="protocol", params=CentralParams, max_world=1, check=_check,
+          paper="protocol",
+          summary="the protocol model unsplit in one process (same constraints, optimiser, Grassmann "
+                  "updates); constrained=false: the plain model with the same AdamW (centralised baseline)")
+def protocol_central(ctx):
+    cfg, p = ctx.cfg, ctx.params
+    pr = PRESETS[cfg.model]
+    net = build_model(cfg.model, seed=cfg.seed, dtype=ctx.dtype, device=ctx.device)
+    wire = make_wire(cfg, ctx.dtype, ctx.device)
+    free = first_free_block(pr.num_blocks, p.stages)
+    model = ConstrainedModel(net, wire, free) if p.constrained else None
+    if model is not None:
+        opt = model.optimizer(p)
+    else:
+        opt = SubspaceAdamW([{"params": [w]} for w in net.parameters()], lr=p.lr,
+                            betas=(p.beta1, p.beta2), eps=p.eps, weight_decay=p.weight_decay)
+    grassmann = bool(p.grassmann_every and model is not None)
+    gram = GramAccumulator(pr.d_model, ctx.dtype, ctx.device) if grassmann else None
+    boundary: list[torch.Tensor] = []
+    if grassmann:  # the full-width gradient at the input of the first free block
+        layer = dict(net.named_modules())[LAYER_PATH[pr.family].format(i=free)]
+
+        def keep(module, args):
+            args[0].retain_grad()
+            boundary.append(args[0])
+
+        layer.register_forward_pre_hook(keep)
+    U0, updates = wire.U.clone(), 0
+    ctx.tokens_per_step = cfg.batch_size * cfg.seq_len
+    for step in ctx.steps():
+        input_ids, labels = batch(cfg, step, ctx.device)
+        opt.zero_grad(set_to_none=True)
+        total = 0.0
+        for ids, labs in zip(input_ids.chunk(cfg.micro_batches), labels.chunk(cfg.micro_batches), strict=True):
+            boundary.clear()
+            loss = lm_loss(net(ids).logits, labs) / cfg.micro_batches
+            loss.backward()
+            if gram is not None:
+                gram.add(boundary[0].grad)
+            total += loss.item()
+        if gram is not None:
+            gram.steps += 1
+        if model is not None:
+            model.project_grads()
+        opt.step()
+        if model is not None:
+            model.project()
+        if grassmann and (step + 1) % p.grassmann_every == 0:
+            grassmann_sync(ctx.comm, wire, model, opt, gram, p.grassmann_eta, src=0)
+            updates += 1
+        ctx.log(loss=total)
+    if model is not None:
+        _report(ctx, wire, model, U0, updates)
+    return ctx.finish(enumerate(net.parameters()))
+
+
+LAYER_PATH = {"llama": "model.layers.{i}", "gpt2": "transformer.h.{i}", "opt": "model.decoder.layers.{i}"}
+
+
+# --------------------------------------------------------------------------- closed forms
+def expected_bytes(cfg: RunConfig) -> dict[str, float]:
+    """Closed-form payload bytes per step by tag (``act``, ``grad``), headers included.
+
+    Per boundary and micro-batch of ``b x n`` tokens: forward ``C`` ([b, n, k])
+    plus the ids ([b, n]), backward ``∂L/∂C`` ([b, n, k]); each message also
+    carries its codec header.
+    """
+    pr, p, dt = PRESETS[cfg.model], cfg.params, cfg.torch_dtype
+    b, n = cfg.batch_size // cfg.micro_batches, cfg.seq_len
+    codec = wire_codec(p, dt)
+    c = codec.encoded_nbytes(torch.empty(b, n, p.k, dtype=dt))
+    ids = make_codec("identity").encoded_nbytes(torch.empty(b, n, dtype=id_dtype(pr.vocab_size)))
+    links = cfg.world_size - 1
+    return {"act": links * cfg.micro_batches * (c + ids), "grad": links * cfg.micro_batches * c}
+
+
+def bytes_per_token(cfg: RunConfig) -> dict[str, int]:
+    """Values per token per boundary (no headers): forward ``k s + s_id``, backward ``k s``;
+    the uncompressed pipeline sends ``d s`` each way."""
+    pr, p, dt = PRESETS[cfg.model], cfg.params, cfg.torch_dtype
+    s = wire_codec(p, dt).encoded_nbytes(torch.empty(1, dtype=dt)) - wire_codec(p, dt).encoded_nbytes(
+        torch.empty(0, dtype=dt))
+    s_id = torch.empty((), dtype=id_dtype(pr.vocab_size)).element_size()
+    return {"fwd": p.k * s + s_id, "bwd": p.k * s, "uncompressed": pr.d_model * s}
