@@ -14,6 +14,12 @@ class CompressedPipelines(RunSuite):
         "clapping-fc-p0.5/w3": ("clapping-fc", dict(params={"p": 0.5})),
         "clapping-fu-p0.5/w3": ("clapping-fu", dict(params={"p": 0.5})),
         "ef21/w3": ("clapping-fc", dict(params={"p": 1.0})),
+        # a larger preset, two gloo stages
+        "direct-compress/small-opt/w2/gloo": ("direct-compress", dict(model="small-opt", world_size=2,
+                                                                      backend="gloo", steps=4)),
+        "clapping-fc-p0.5/small-opt/w2/gloo": ("clapping-fc", dict(model="small-opt", world_size=2,
+                                                                   backend="gloo", steps=4,
+                                                                   params={"p": 0.5})),
     }
     common = dict(model="tiny-opt", data="wiki-en", steps=10, batch_size=8, seq_len=64,
                   micro_batches=2, world_size=3, backend="threads")

@@ -14,6 +14,12 @@ class ZerothOrder(RunSuite):
         "sparq-4bit/w2/gloo": ("sparq", dict(world_size=2, backend="gloo", params={"bits": 4})),
         "sparq-lossless/w2/gloo": ("sparq", dict(world_size=2, backend="gloo", params={"bits": None})),
         "sparq-4bit/w4/threads": ("sparq", dict(world_size=4, backend="threads", params={"bits": 4})),
+        # the paper's model shape (random weights), one short step each
+        "mezo/opt-125m/w1": ("mezo", dict(world_size=1, backend="threads", model="opt-125m", steps=1,
+                                          batch_size=2, seq_len=32)),
+        "sparq-4bit/opt-125m/w2/gloo": ("sparq", dict(world_size=2, backend="gloo", model="opt-125m",
+                                                      steps=1, batch_size=2, seq_len=32,
+                                                      params={"bits": 4})),
     }
     common = dict(model="tiny-opt", data="wiki-en", steps=5, batch_size=8, seq_len=64)
     params = list(runs)
