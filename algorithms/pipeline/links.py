@@ -22,13 +22,11 @@ import torch
 from algorithms.codecs import Codec, DenseCodec, Payload, make_codec
 from algorithms.codecs.dense import CAST_NAMES
 
-from .natural import NaturalCodec
+from . import natural  # noqa: F401  (registers "natural" with make_codec)
 
 
 def make_link_codec(spec: str | Codec) -> Codec:
-    """``make_codec`` plus ``"natural"`` (natural compression lives in this package)."""
-    if isinstance(spec, str) and spec.strip().lower() == "natural":
-        return NaturalCodec()
+    """A codec from its spec string (any of the library's, or ``"natural"``)."""
     return make_codec(spec)
 
 

@@ -38,14 +38,11 @@ from algorithms.codecs import (
     _core,
     pack_bits,
     packed_nbytes,
+    register_codec,
     unpack_bits,
 )
 
-FAMILY_NATURAL = 32  # outside the ids the codec library uses (1..6)
-# Runtime registration of the wire id (the header parser rejects unknown ids);
-# the library should own this entry once natural compression moves there.
-_core.PARAM_SIZES.setdefault(FAMILY_NATURAL, 1)  # parameter block: code width in bits
-_core.FAMILY_NAMES.setdefault(FAMILY_NATURAL, "natural")
+FAMILY_NATURAL = 32  # the first wire id the codec library leaves to other families
 
 
 def exponent_range(dtype: torch.dtype) -> tuple[int, int]:
@@ -140,3 +137,8 @@ class NaturalCodec(Codec):
         mag = torch.ldexp(torch.ones(n, dtype=torch.float64), ecode + emin - 1)
         vals = torch.where(ecode == 0, torch.zeros_like(mag), mag) * (1 - 2 * sign).double()
         return vals.to(hdr.dtype).reshape(hdr.shape)
+
+
+# make_codec("natural") and the header parser know it from here on; the
+# parameter block is one byte, the code width in bits.
+register_codec("natural", NaturalCodec, param_size=1)
