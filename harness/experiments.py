@@ -26,6 +26,41 @@ class Experiment:
 EXPERIMENTS: dict[str, Experiment] = {}
 
 
+@dataclass(frozen=True)
+class Claim:
+    """A paper's headline ratio beside the one this run measured."""
+
+    paper: str
+    claim: str
+    paper_value: str
+    ours: float | None
+    supported: bool | None  # None: the run cannot decide (e.g. a value is missing)
+    note: str = ""
+
+
+_CLAIMS: list[Claim] = []
+
+
+def claim(paper: str, claim: str, paper_value: str, ours: float | None, supported: bool | None,
+          note: str = "") -> None:
+    """Record a claim check; ``reproduce`` ends with a table of all of them."""
+    if ours is None or (isinstance(ours, float) and ours != ours):
+        ours, supported = None, None
+    _CLAIMS.append(Claim(paper, claim, paper_value, ours, supported, note))
+
+
+def claims_table(claims: list[Claim]) -> Table:
+    verdict = {True: "yes", False: "no", None: "undecided"}
+    return Table(
+        title="claims: each paper's headline beside this run",
+        columns=[Column("paper", "paper"), Column("claim", "claim"), Column("paper_value", "paper"),
+                 Column("ours", "ours", None, None, ".3g"), Column("supported", "supported here"),
+                 Column("note", "how measured")],
+        rows=[[c.paper, c.claim, c.paper_value, c.ours, verdict[c.supported], c.note] for c in claims],
+        caption="ratios measured side by side in one run at this machine's scale (2 CPU cores, "
+                "random-weight models of the papers' shapes); 'no' is a finding, not a failure")
+
+
 def experiment(name: str, summary: str):
     def deco(fn):
         EXPERIMENTS[name] = Experiment(name, summary, fn)
@@ -45,6 +80,7 @@ def run_experiments(name: str, *, scale: str, out_dir: Path, quiet: bool = False
         raise ConfigError(f"unknown experiment {name!r}; choose from all, {', '.join(EXPERIMENTS)}")
     chosen = list(EXPERIMENTS.values()) if name == "all" else [EXPERIMENTS[name]]
     tables = []
+    _CLAIMS.clear()
     for exp in chosen:
         t0 = time.perf_counter()
         exp_tables = exp.run(scale, out_dir, quiet)
@@ -56,6 +92,16 @@ def run_experiments(name: str, *, scale: str, out_dir: Path, quiet: bool = False
         written = _write_tables(exp.name, exp_tables, out_dir, write_table)
         tables.extend(exp_tables)
         print(f"{exp.name}: {time.perf_counter() - t0:.1f} s; tables in {', '.join(written)}")
+    if _CLAIMS:
+        summary = claims_table(list(_CLAIMS))
+        if quiet:
+            print(render(summary, "md"))
+        else:
+            print_table(summary)
+        written = _write_tables("claims" if name == "all" else f"{name}-claims", [summary], out_dir,
+                                write_table)
+        print(f"claims: {', '.join(written)}")
+        tables.append(summary)
     return tables
 
 

@@ -132,4 +132,21 @@ def double_quant(scale: str, out_dir: Path, quiet: bool) -> list[Table]:
     prob = make_problem(cfg["problem"], l1=cfg["l1"], l2=cfg["l2"], dtype=torch.float32)
     left = table1_left(prob, cfg)
     left.notes.extend(meter_check(cfg))
+    _claims(left)
     return [left, table1_right(prob, cfg)]
+
+
+def _claims(left: Table) -> None:
+    """Table 1 (left, MNIST): AsyFPG bits / algorithm bits to the loss threshold."""
+    from harness.experiments import claim
+
+    j = left.column_index("ratio")
+    ratio = {row[0]: row[j] for row in left.rows}
+    a, s_, acc = ratio.get("asylpg"), ratio.get("sparse-asylpg"), ratio.get("acc-asylpg")
+    claim("double quantisation", "AsyLPG needs fewer bits than AsyFPG (AsyFPG / AsyLPG)", "7.28x", a,
+          a is not None and a > 1, "inner-iteration bits to the loss threshold, simulator, digits MLP")
+    claim("double quantisation", "Sparse-AsyLPG needs fewer bits than AsyLPG (AsyFPG / Sparse-AsyLPG)",
+          "8.87x (> 7.28x)", s_, None if s_ is None or a is None else s_ > a, "same run")
+    others = [v for k, v in ratio.items() if k != "acc-asylpg" and v is not None]
+    claim("double quantisation", "Acc-AsyLPG needs the fewest bits (AsyFPG / Acc-AsyLPG)", "19.13x (largest)",
+          acc, None if acc is None else acc > max(others, default=0), "same run")
