@@ -72,9 +72,11 @@ class NetnsTopology:
 
     def _tbf(self, ns: str, dev: str) -> None:
         rate = int(self.rate_bps)
-        # burst must cover at least one timer tick (HZ >= 100) and a few MTUs;
-        # the queue bound (latency) is generous so TCP is paced, not dropped.
-        burst = max(64 * 1024, rate // 8 // 100, 4 * self.mtu)
+        # The bucket must hold one timer tick's worth (HZ = 250 here) and a few
+        # MTUs, but no more: a large bucket lets a whole step's messages through
+        # at full speed and the link would not look shaped.  The queue bound
+        # (latency) is generous so TCP is paced, not dropped.
+        burst = max(rate // 8 // 250, 4 * self.mtu)
         _sh("ip", "netns", "exec", ns, "tc", "qdisc", "replace", "dev", dev, "root", "tbf",
             "rate", f"{rate}bit", "burst", str(burst), "latency", "200ms")
 
