@@ -2,8 +2,10 @@
 
 World = 1 master (rank 0) + W = world_size − 1 workers.  **One harness step
 is one epoch**: the full-precision snapshot map-reduce plus ``m`` asynchronous
-master updates (served in the order of the seeded delay schedule, see
-``ps.py``).  The master logs ``loss`` = P(x) at the end of every epoch (the
+master updates (``serve="schedule"``: served in the order of the seeded delay
+schedule, bit-for-bit reproducible; ``serve="arrival"``: first come first
+served with the delay bound τ enforced by admission, realised delays reported
+as ``delay_hist_<d>``; see ``ps.py``).  The master logs ``loss`` = P(x) at the end of every epoch (the
 snapshot x̃ for the accelerated variants).  Samples per step: ``n`` for the
 snapshot gradient plus ``2 B m`` (``B m`` without variance reduction) for the
 minibatch gradients, reported as ``samples_per_step`` and as the record's
@@ -24,6 +26,7 @@ from harness.registry import register
 from . import ps
 from .problems import PROBLEM_DATA, PROBLEMS, make_problem
 
+SERVE_MODES = ("schedule", "arrival")
 N_SAMPLES = {"logreg-cancer": 569, "logreg-digits": 1797, "mlp-digits": 1797}
 
 
@@ -42,8 +45,11 @@ class DQParams:
     l1: float = 1e-4
     l2: float = 1e-4
     eval_every: int = 0
+    serve: str = "schedule"  # "schedule" (seeded event order) | "arrival" (first come, first served)
 
     def __post_init__(self):
+        if self.serve not in SERVE_MODES:
+            raise ValueError(f"serve must be one of {', '.join(SERVE_MODES)}, got {self.serve!r}")
         if self.l1 < 0 or self.l2 < 0:
             raise ValueError("l1 and l2 must be >= 0")
         if self.m < 0:
@@ -76,16 +82,21 @@ def _rank_program(variant: str):
         samples = (prob.n if st.variant.svrg else 0) + st.m * st.batch * (2 if st.variant.svrg else 1)
         ctx.tokens_per_step = samples
         ctx.extra["samples_per_step"] = (samples, "samples")
+        arrival = p.serve == "arrival"
         if ctx.rank == 0:
             master = ps.Master(prob, st, ctx.dtype)
+            epoch = ps.master_epoch_arrival if arrival else ps.master_epoch
             for s in ctx.steps():
-                ps.master_epoch(ctx.comm, master, s)
+                epoch(ctx.comm, master, s)
                 ctx.log(loss=master.losses[-1])
             ctx.extra.update(master.stats.extra())
+            if arrival:
+                ctx.extra.update(master.stats.arrival_extra(st.tau))
             return ctx.finish([(0, master.x)])
         worker = ps.Worker(prob, st, ctx.rank - 1)
+        epoch = ps.worker_epoch_arrival if arrival else ps.worker_epoch
         for s in ctx.steps():
-            ps.worker_epoch(ctx.comm, worker, s)
+            epoch(ctx.comm, worker, s)
         return ctx.finish([])
 
     run.__name__ = variant.replace("-", "_")

@@ -16,8 +16,16 @@ delay ``t − D(t) ≤ τ`` built in.  The same master and worker code runs
   processes on gloo): the master serves the events in schedule order while the
   workers compute concurrently; point-to-point FIFO order makes the run
   follow the schedule exactly, so it reaches the simulator's parameters bit
-  for bit.  (A first-come-first-served master needs a receive-from-any
-  primitive, which the Comm does not have yet.)
+  for bit; or
+* free-running (:func:`master_epoch_arrival`, :func:`worker_epoch_arrival`):
+  the master serves whichever worker's message arrives first
+  (``Comm.recv_any``).  The bounded delay is still enforced, by admission: a
+  pull is granted only while ``t − v_min + H ≤ τ`` (``v_min`` the oldest
+  outstanding version, ``H`` the outstanding pulls before this one); a push
+  never raises ``t − v_min + H − 1``, so every push has delay ≤ τ whatever the
+  arrival order, and a worker whose pull would break the bound waits.  The
+  realised delays (histogram, maximum) are recorded; the run is not
+  reproducible bit for bit (the arrival order is the machine's).
 
 All randomness (minibatches, quantiser draws, sparsifier draws, schedule) is
 keyed by (seed, purpose, epoch, pull index), never by which process runs it.
@@ -166,6 +174,8 @@ class Stats:
     violations: int = 0
     max_mu: float = 0.0  # largest realised E‖Q(x)−x‖² / ‖x − x̃‖²
     max_delay: int = 0
+    delay_hist: Counter = field(default_factory=Counter)  # realised delay -> pushes
+    deferred: int = 0  # arrival mode: pull requests held back to keep the delay bound
     nnz: int = 0
     bx_hist: Counter = field(default_factory=Counter)
     trace: list = field(default_factory=list)  # (updates, bits_inner, bits_total, loss)
@@ -180,6 +190,13 @@ class Stats:
                 "flag_messages": (self.flags, "messages"), "constraint_checks": (self.checks, "checks"),
                 "constraint_violations": (self.violations, "checks"), "max_realised_mu": (self.max_mu, "ratio"),
                 "max_delay": (self.max_delay, "updates")}
+
+    def arrival_extra(self, tau: int) -> dict[str, tuple[float, str]]:
+        """The free-running master's realised delays (histogram, bound checks)."""
+        out = {f"delay_hist_{d}": (float(self.delay_hist.get(d, 0)), "pushes") for d in range(self.max_delay + 1)}
+        out["delay_bound_violations"] = (float(sum(n for d, n in self.delay_hist.items() if d > tau)), "pushes")
+        out["pulls_deferred_by_tau"] = (float(self.deferred), "events")
+        return out
 
     def bits_to(self, threshold: float, total: bool = False) -> float | None:
         for _, inner, tot, loss in self.trace:
@@ -267,6 +284,16 @@ class Master:
         self.stats.bytes_total += msg.nbytes
         return msg
 
+    def may_pull(self) -> bool:
+        """Arrival mode's admission rule: one more pull keeps every delay within τ.
+
+        With ``H`` pulls outstanding (oldest at version ``v_min``), at most ``H``
+        pushes can land before the oldest one, so granting a pull now is safe
+        iff ``t − v_min + H ≤ τ``; pushes never increase ``t − v_min + H``.
+        """
+        v_min = min(self.version.values(), default=self.t)
+        return self.t - v_min + len(self.version) <= self.st.tau
+
     def _grad_bits(self, data: torch.Tensor) -> int:
         d = self.prob.d
         if self.var.sparse:
@@ -278,7 +305,9 @@ class Master:
     def push(self, j: int, data: torch.Tensor) -> None:
         """Apply the gradient computed on the model of pull j to the current iterate."""
         st, prob = self.st, self.prob
-        self.stats.max_delay = max(self.stats.max_delay, self.t - self.version.pop(j))
+        delay = self.t - self.version.pop(j)
+        self.stats.max_delay = max(self.stats.max_delay, delay)
+        self.stats.delay_hist[delay] += 1
         self.stats.bits_up += self._grad_bits(data)
         self.stats.bytes_total += data.numel()
         g = wire.decode_sparse(data, prob.d, self.x.dtype) if self.var.sparse else wire.decode_dense(data)
@@ -386,3 +415,65 @@ def worker_epoch(comm, worker: Worker, s: int) -> None:
     for kind, w, j in epoch_events(worker.st, s):
         if kind == "pull" and w == worker.w:
             comm.send(worker.compute(s, j, comm.recv(0, TAG_MODEL)).data, 0, TAG_GRAD)
+
+
+# --------------------------------------------------------------------------- free-running (arrival order)
+TAG_UP = "dq/up"  # worker -> master in arrival mode: empty = "give me a model", else a gradient
+INDEX_BYTES = 4  # arrival mode: the pull index j goes down in front of the model
+_EMPTY = torch.empty(0, dtype=torch.uint8)
+
+
+def _with_index(j: int, data: torch.Tensor) -> torch.Tensor:
+    head = torch.tensor(list(j.to_bytes(INDEX_BYTES, "little")), dtype=torch.uint8)
+    return torch.cat([head, data])
+
+
+def master_epoch_arrival(comm, master: Master, s: int) -> None:
+    """Rank 0's epoch, serving whichever worker's message arrives first.
+
+    Each worker sends an empty request, then one gradient per model it got (a
+    gradient is also its next request); the master answers every message with
+    ``j ‖ model`` or, once the epoch's m pulls are all pushed, an empty stop
+    message (to every worker at once).
+    """
+    st = master.st
+    snap = master.begin_epoch(s)
+    srcs = [w + 1 for w in range(st.workers)]
+    if snap is not None:
+        for src in srcs:
+            comm.send(snap.data, src, TAG_SNAP)
+        master.set_full_grad([comm.recv(src, TAG_PARTIAL) for src in srcs])
+    holding: dict[int, int] = {}  # worker -> pull index it computes on
+    waiting: list[int] = []  # workers waiting for a model, in arrival order
+    pulls = 0
+    # Stop only when every worker waits (all m pulls out and pushed): then no
+    # worker can send again before the master leaves the epoch, so a message
+    # of the next epoch is never taken for one of this epoch.
+    while not (pulls == st.m and len(waiting) == st.workers):
+        src, data = comm.recv_any(srcs, TAG_UP)
+        w = src - 1
+        if w in holding:
+            master.push(holding.pop(w), data)
+        elif data.numel():
+            raise RuntimeError(f"worker {w} pushed a gradient without holding a model")
+        waiting.append(w)
+        while waiting and pulls < st.m and master.may_pull():
+            w = waiting.pop(0)
+            holding[w] = pulls
+            comm.send(_with_index(pulls, master.pull(pulls).data), w + 1, TAG_MODEL)
+            master.stats.bytes_total += INDEX_BYTES
+            pulls += 1
+        if waiting and pulls < st.m:
+            master.stats.deferred += 1  # the delay bound holds a pull back
+    for w in waiting:
+        comm.send(_EMPTY, w + 1, TAG_MODEL)
+    master.end_epoch()
+
+
+def worker_epoch_arrival(comm, worker: Worker, s: int) -> None:
+    if worker.st.variant.svrg:
+        comm.send(worker.epoch_start(comm.recv(0, TAG_SNAP)).data, 0, TAG_PARTIAL)
+    comm.send(_EMPTY, 0, TAG_UP)
+    while (data := comm.recv(0, TAG_MODEL)).numel():
+        j = int.from_bytes(bytes(data[:INDEX_BYTES].tolist()), "little")
+        comm.send(worker.compute(s, j, data[INDEX_BYTES:]).data, 0, TAG_UP)

@@ -69,6 +69,10 @@ class Comm(ABC):
     @abstractmethod
     def _recv_frame(self, src: int, taghash: int) -> torch.Tensor: ...
 
+    def _recv_any_frame(self, srcs: list[int], taghash: int) -> tuple[int, torch.Tensor]:
+        """The next frame from whichever of ``srcs`` has one first: (source, payload)."""
+        raise CommError(f"the {self.backend} backend has no receive-from-any")
+
     @abstractmethod
     def _all_gather_raw(self, data: torch.Tensor) -> list[torch.Tensor]:
         """All ranks pass uint8 tensors of equal length; returns them in rank order."""
@@ -120,6 +124,24 @@ class Comm(ABC):
         self.meter.record(Flow(src, self.rank, "received", tag, "recv"), data.numel(),
                           framing=FRAME_HEADER_BYTES)
         return data
+
+    def recv_any(self, srcs: list[int], tag: str = "") -> tuple[int, torch.Tensor]:
+        """Receive the next payload from whichever rank of ``srcs`` sends first.
+
+        Returns ``(source, payload)``.  Metered exactly like ``recv`` from that
+        source; the tag must match the sender's; bounded by the timeout.
+        """
+        srcs = list(srcs)
+        if not srcs:
+            raise ValueError("recv_any needs at least one source rank")
+        for src in srcs:
+            self._check_peer(src, "recv from rank")
+        if len(set(srcs)) != len(srcs):
+            raise ValueError(f"recv_any sources {srcs} contain duplicates")
+        src, data = self._recv_any_frame(srcs, tag_hash(tag))
+        self.meter.record(Flow(src, self.rank, "received", tag, "recv"), data.numel(),
+                          framing=FRAME_HEADER_BYTES)
+        return src, data
 
     # ---- collectives --------------------------------------------------------
     def all_gather(self, tensor: torch.Tensor, tag: str = "") -> list[torch.Tensor]:

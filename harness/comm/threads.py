@@ -25,6 +25,7 @@ class ThreadsWorld:
         self.mail: dict[tuple[int, int], deque] = {}
         self.slots: dict[int, dict] = {}
         self.failed: str | None = None
+        self.seq = 0  # global arrival order of point-to-point messages (for recv_any)
 
     def fail(self, reason: str) -> None:
         with self.cond:
@@ -64,7 +65,8 @@ class ThreadsComm(Comm):
         with w.cond:
             if w.failed is not None:
                 raise CommError(f"rank {self.rank}: send aborted because {w.failed}")
-            w.mail.setdefault((self.rank, dst), deque()).append((taghash, data.clone()))
+            w.seq += 1
+            w.mail.setdefault((self.rank, dst), deque()).append((w.seq, taghash, data.clone()))
             w.cond.notify_all()
 
     def _recv_frame(self, src, taghash):
@@ -72,11 +74,27 @@ class ThreadsComm(Comm):
         with w.cond:
             box = w.mail.setdefault((src, self.rank), deque())
             w.wait_for(lambda: len(box) > 0, f"recv from rank {src}", self.rank)
-            got, data = box.popleft()
+            _, got, data = box.popleft()
         if got != taghash:
             raise CommError(f"rank {self.rank}: message from rank {src} has another tag "
                             "than the one received (the ranks' programs disagree)")
         return data
+
+    def _recv_any_frame(self, srcs, taghash):
+        w = self.world
+        with w.cond:
+            boxes = {src: w.mail.setdefault((src, self.rank), deque()) for src in srcs}
+
+            def first():  # the source whose waiting message arrived earliest
+                ready = [(box[0][0], src) for src, box in boxes.items() if box]
+                return min(ready)[1] + 1 if ready else 0  # +1: rank 0 must be truthy
+
+            src = w.wait_for(first, f"recv from any of ranks {srcs}", self.rank) - 1
+            _, got, data = boxes[src].popleft()
+        if got != taghash:
+            raise CommError(f"rank {self.rank}: message from rank {src} has another tag "
+                            "than the one received (the ranks' programs disagree)")
+        return src, data
 
     def _collective(self, contribution, what: str) -> list:
         w = self.world

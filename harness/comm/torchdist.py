@@ -92,6 +92,30 @@ class TorchDistComm(Comm):
                 self._wait(dist.irecv(data, src), f"recv from rank {src}")
         return data.cpu()
 
+    def _recv_any_frame(self, srcs, taghash):
+        # The header from any source (gloo's recv-from-any-source), then the body
+        # from that source: per-pair FIFO order keeps header and body together.
+        what = f"recv from any of ranks {srcs}"
+        header = torch.empty(2, dtype=torch.int64, device=self.device)
+        with self._guard(what):
+            work = dist.irecv(header, src=None)
+            self._wait(work, what)
+            src = int(work._source_rank())
+        if src not in srcs:
+            raise CommError(f"rank {self.rank}: {what} got a message from rank {src}, "
+                            "which is not one of them (the ranks' programs disagree)")
+        n, got = (int(v) for v in header.cpu())
+        if got != taghash:
+            raise CommError(f"rank {self.rank}: message from rank {src} has another tag than "
+                            "the one received (the ranks' programs disagree)")
+        if n < 0:
+            raise CommError(f"rank {self.rank}: corrupt frame header from rank {src}")
+        data = torch.empty(n, dtype=torch.uint8, device=self.device)
+        if n:
+            with self._guard(f"recv from rank {src}"):
+                self._wait(dist.irecv(data, src), f"recv from rank {src}")
+        return src, data.cpu()
+
     def _all_gather_raw(self, data):
         # Sizes first, so unequal contributions are an error rather than garbage.
         size = torch.tensor([data.numel()], dtype=torch.int64, device=self.device)
