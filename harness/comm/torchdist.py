@@ -80,17 +80,7 @@ class TorchDistComm(Comm):
         header = torch.empty(2, dtype=torch.int64, device=self.device)
         with self._guard(f"recv from rank {src}"):
             self._wait(dist.irecv(header, src), f"recv from rank {src}")
-        n, got = (int(v) for v in header.cpu())
-        if got != taghash:
-            raise CommError(f"rank {self.rank}: message from rank {src} has another tag than "
-                            "the one received (the ranks' programs disagree)")
-        if n < 0:
-            raise CommError(f"rank {self.rank}: corrupt frame header from rank {src}")
-        data = torch.empty(n, dtype=torch.uint8, device=self.device)
-        if n:
-            with self._guard(f"recv from rank {src}"):
-                self._wait(dist.irecv(data, src), f"recv from rank {src}")
-        return data.cpu()
+        return self._recv_body(header, src, taghash)
 
     def _recv_any_frame(self, srcs, taghash):
         # The header from any source (gloo's recv-from-any-source), then the body
@@ -104,6 +94,10 @@ class TorchDistComm(Comm):
         if src not in srcs:
             raise CommError(f"rank {self.rank}: {what} got a message from rank {src}, "
                             "which is not one of them (the ranks' programs disagree)")
+        return src, self._recv_body(header, src, taghash)
+
+    def _recv_body(self, header, src, taghash):
+        """Check a received frame header, then receive the payload it announces."""
         n, got = (int(v) for v in header.cpu())
         if got != taghash:
             raise CommError(f"rank {self.rank}: message from rank {src} has another tag than "
@@ -114,7 +108,7 @@ class TorchDistComm(Comm):
         if n:
             with self._guard(f"recv from rank {src}"):
                 self._wait(dist.irecv(data, src), f"recv from rank {src}")
-        return src, data.cpu()
+        return data.cpu()
 
     def _all_gather_raw(self, data):
         # Sizes first, so unequal contributions are an error rather than garbage.
