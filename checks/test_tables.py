@@ -214,7 +214,7 @@ def test_latex_escapes_specials():
               [["a#1", 0.002], ["{b}", None]])
     text = render(t, "latex")
     assert r"\caption{T\_1 \& 50\%}" in text
-    assert r"name\_x & val {[}s{]} $\downarrow$ \\" in text
+    assert r"name\_x & val {[}s{]} \ensuremath{\downarrow} \\" in text
     assert r"a\#1 & 2.00 ms \\" in text and r"\{b\} & --- \\" in text
     assert r"\begin{tabular}{lr}" in text and r"\toprule" in text
 
