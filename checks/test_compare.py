@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import subprocess
+from pathlib import Path
 
 import pytest
 
@@ -75,3 +77,94 @@ def test_step_time_has_its_noise(base_record):
     st = base_record.metrics["step_time_s"]
     assert isinstance(st, Metric) and st.stderr is not None and st.stderr >= 0
     json.dumps(base_record.to_dict())
+
+
+# --------------------------------------------------------------------------- commits via asv results
+
+
+def _asv_file(root, machine, sha, payload, seconds):
+    """A result file in asv's own layout (result_columns + per-benchmark rows, parameterised)."""
+    data = {"commit_hash": sha, "env_name": "existing-py3.11", "python": "3.11", "version": 2,
+            "params": {"machine": machine, "python": "3.11"}, "requirements": {}, "env_vars": {},
+            "result_columns": ["result", "params", "version", "started_at", "duration"],
+            "results": {
+                "bench_pipeline.Pipe.track_payload_bytes_per_step":
+                    [[payload, payload * 2], [["'pipeline-sgd'", "'clapping-fc'"]], "v", 0, 1.0],
+                "bench_pipeline.Pipe.track_seconds_per_step": [[seconds, seconds], [["'pipeline-sgd'",
+                                                                "'clapping-fc'"]], "v", 0, 1.0]}}
+    d = root / machine
+    d.mkdir(parents=True, exist_ok=True)
+    (d / f"{sha[:8]}-existing-py3.11.json").write_text(json.dumps(data))
+
+
+@pytest.fixture
+def two_commits(tmp_path, monkeypatch):
+    """A git repository with two commits; the working directory is its root."""
+    env = {"GIT_AUTHOR_NAME": "t", "GIT_AUTHOR_EMAIL": "t@t", "GIT_COMMITTER_NAME": "t",
+           "GIT_COMMITTER_EMAIL": "t@t"}
+    for k, v in env.items():
+        monkeypatch.setenv(k, v)
+    monkeypatch.chdir(tmp_path)
+
+    def git(*args):
+        return subprocess.run(["git", *args], check=True, capture_output=True, text=True).stdout.strip()
+
+    git("init", "-q")
+    for i in range(2):
+        (tmp_path / "f").write_text(str(i))
+        git("add", "f")
+        git("commit", "-qm", f"c{i}")
+    return git("rev-parse", "HEAD~1"), git("rev-parse", "HEAD")
+
+
+def test_commits_slower_only_pass(two_commits, capsys):
+    old, new = two_commits
+    root = Path("results/asv")
+    _asv_file(root, "m1", old, 1000, 0.5)
+    _asv_file(root, "m1", new, 1000, 1.5)  # 3x slower: reported, never failed on
+    assert main(["compare", "HEAD~1", "HEAD"]) == 0
+    out = capsys.readouterr().out
+    assert "x3.000" in out and "machine 'm1'" in out
+
+
+def test_commits_planted_byte_change_fails(two_commits, capsys):
+    old, new = two_commits
+    root = Path("results/asv")
+    _asv_file(root, "m1", old, 1000, 0.5)
+    _asv_file(root, "m1", new, 1004, 0.5)
+    assert main(["compare", "HEAD~1", "HEAD"]) == 1
+    out = capsys.readouterr().out
+    assert "REGRESSION" in out and "'clapping-fc'" in out
+
+
+def test_commits_need_one_machine_that_measured_both(two_commits, capsys):
+    old, new = two_commits
+    root = Path("results/asv")
+    _asv_file(root, "m1", old, 1000, 0.5)
+    _asv_file(root, "m2", new, 1004, 0.5)
+    assert main(["compare", "HEAD~1", "HEAD"]) == 2  # never compare two machines
+    assert "no machine" in capsys.readouterr().err
+    _asv_file(root, "m2", old, 1004, 0.5)
+    assert main(["compare", "HEAD~1", "HEAD"]) == 0
+    assert main(["compare", "HEAD~1", "HEAD", "--machine", "m1"]) == 2
+    assert main(["compare", "HEAD~1", "nonsense-rev"]) == 2
+
+
+def test_asv_results_made_portable(tmp_path):
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location(
+        "asv_portable", Path(__file__).resolve().parent.parent / "scripts" / "asv_portable.py")
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    sha = "ab" * 20
+    _asv_file(tmp_path, "m1", sha, 1000, 0.5)
+    f = tmp_path / "m1" / f"{sha[:8]}-existing-py3.11.json"
+    data = json.loads(f.read_text())
+    data.update(env_name="existing-py_home_u_venv_bin_python3", python="/home/u/venv/bin/python3")
+    local = f.with_name(f"{sha[:8]}-existing-py_home_u_venv_bin_python3.json")
+    local.write_text(json.dumps(data))
+    f.unlink()
+    assert mod.make_portable(tmp_path, "3.11") == [f]
+    assert not local.exists() and "/home/u" not in f.read_text()
+    assert json.loads(f.read_text())["results"] == data["results"]

@@ -179,7 +179,7 @@ def cmd_compare(args) -> int:
 
     from .compare import compare
 
-    changes, notes = compare(args.old, args.new)
+    changes, notes = compare(args.old, args.new, args.machine)
     regressions = [c for c in changes if c.regression]
     t = Table(title=f"commbench compare {args.old} -> {args.new}")
     for col in ("run", "metric", "old", "new", "verdict"):
@@ -258,6 +258,8 @@ def make_parser() -> argparse.ArgumentParser:
     c.add_argument("old", help="result file/directory, or a git commit with asv results")
     c.add_argument("new")
     c.add_argument("--all", action="store_true", help="also list unchanged deterministic metrics")
+    c.add_argument("--machine", help="asv machine whose results to compare (commits only; default: "
+                   "the one machine that measured both)")
     c.set_defaults(fn=cmd_compare)
 
     rp = sub.add_parser("reproduce", help="run a paper's comparison at this machine's scale")

@@ -91,17 +91,36 @@ def _noise_note(ma, mb) -> str:
 
 
 # --------------------------------------------------------------------------- asv results of commits
-def _asv_results(rev: str, root: Path = Path("results/asv")) -> dict[str, float]:
+def _commit(rev: str) -> str:
     try:
-        sha = subprocess.run(["git", "rev-parse", rev], capture_output=True, text=True,
-                             check=True).stdout.strip()
+        return subprocess.run(["git", "rev-parse", "--verify", f"{rev}^{{commit}}"],
+                              capture_output=True, text=True, check=True).stdout.strip()
     except (subprocess.CalledProcessError, FileNotFoundError):
         raise ValueError(f"{rev!r} is neither a result file/directory nor a git commit") from None
-    files = sorted(p for p in root.glob(f"*/{sha[:8]}-*.json"))
-    if not files:
-        raise ValueError(f"no asv results for commit {sha[:8]} under {root}/ (run scripts/asv.sh {rev})")
+
+
+def _pick_machine(shas: tuple[str, str], root: Path, machine: str | None) -> str:
+    """The machine both commits were measured on: times from two machines never compare."""
+    have = [{p.parent.name for p in root.glob(f"*/{sha[:8]}-*.json")} for sha in shas]
+    for sha, machines in zip(shas, have, strict=True):
+        if not machines:
+            raise ValueError(f"no asv results for commit {sha[:8]} under {root}/ "
+                             f"(run scripts/asv.sh {sha[:8]})")
+    if machine is not None:
+        if not all(machine in m for m in have):
+            raise ValueError(f"machine {machine!r} lacks asv results for one of the commits "
+                             f"(old: {sorted(have[0])}, new: {sorted(have[1])})")
+        return machine
+    both = sorted(have[0] & have[1])
+    if len(both) != 1:
+        raise ValueError(f"the commits were measured together on {both or 'no machine'}; "
+                         f"choose one with --machine (old: {sorted(have[0])}, new: {sorted(have[1])})")
+    return both[0]
+
+
+def _asv_results(sha: str, machine_dir: Path) -> dict[str, float]:
     out: dict[str, float] = {}
-    for f in files:
+    for f in sorted(machine_dir.glob(f"{sha[:8]}-*.json")):
         data = json.loads(f.read_text())
         cols = data["result_columns"]
         for bench, row in data["results"].items():
@@ -121,9 +140,12 @@ def _product(params: list[list[str]]) -> list[tuple[str, ...]]:
     return list(itertools.product(*params))
 
 
-def compare_commits(old: str, new: str) -> tuple[list[Change], list[str]]:
-    a, b = _asv_results(old), _asv_results(new)
-    changes, notes = [], []
+def compare_commits(old: str, new: str, machine: str | None = None,
+                    root: Path = Path("results/asv")) -> tuple[list[Change], list[str]]:
+    shas = (_commit(old), _commit(new))
+    chosen = _pick_machine(shas, root, machine)
+    a, b = (_asv_results(sha, root / chosen) for sha in shas)
+    changes, notes = [], [f"asv results of machine {chosen!r}"]
     for k in sorted(set(a) | set(b)):
         if k not in a or k not in b:
             notes.append(f"only in {'NEW' if k in b else 'OLD'}: {k}")
@@ -134,7 +156,7 @@ def compare_commits(old: str, new: str) -> tuple[list[Change], list[str]]:
     return changes, notes
 
 
-def compare(old: str, new: str) -> tuple[list[Change], list[str]]:
+def compare(old: str, new: str, machine: str | None = None) -> tuple[list[Change], list[str]]:
     if Path(old).exists() and Path(new).exists():
         return compare_records(read_results(old), read_results(new))
-    return compare_commits(old, new)
+    return compare_commits(old, new, machine)

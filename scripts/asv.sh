@@ -9,8 +9,10 @@
 # Each commit's code is installed (editable, no dependencies) from a temporary
 # worktree and measured with the current benchmark suite, so every commit is
 # measured the same way; the current checkout is reinstalled at the end.
-# Results go to results/asv/<machine>/ (ASV_MACHINE, default: local) and the
-# dashboard to .asv/html (open it with `asv preview`).
+# Results go to results/asv/<machine>/ (ASV_MACHINE, default: local), renamed
+# so that no machine path is in them (scripts/asv_portable.py) and they can be
+# committed as that machine's history; the dashboard goes to .asv/html (open
+# it with `asv preview`), and `commbench compare OLD NEW` reads them.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 root=$(pwd)
@@ -20,7 +22,9 @@ bench=${ASV_BENCH:-.}
 revs=("$@")
 [ ${#revs[@]} -eq 0 ] && revs=(HEAD)
 
-"$py" -m asv machine --yes --machine "$machine" >/dev/null
+"$py" -m asv machine --yes --machine "$machine" --os "$(uname -sr)" --arch "$(uname -m)" \
+    --cpu "$(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | xargs)" --num_cpu "$(nproc)" \
+    --ram "$(awk '/MemTotal/ {print $2 * 1024}' /proc/meminfo)" >/dev/null
 work=$(mktemp -d)
 cleanup() {
   "$py" -m pip install --quiet --no-deps -e "$root" >/dev/null 2>&1 || true
@@ -43,4 +47,5 @@ for rev in "${revs[@]}"; do
   "$py" -m asv run -E existing:same --set-commit-hash "$sha" --machine "$machine" -b "$bench" \
       --launch-method spawn || [ $? -eq 2 ]
 done
+"$py" scripts/asv_portable.py results/asv
 "$py" -m asv publish >/dev/null && echo "dashboard: .asv/html (asv preview)"
