@@ -3,6 +3,8 @@ places each paper's value beside ours with a verdict."""
 
 from __future__ import annotations
 
+import pytest
+
 from harness.experiments import _CLAIMS, EXPERIMENTS, Claim, _write_tables, claim, claims_table
 from harness.registry import load_all
 from harness.tables import render, write_table
@@ -28,3 +30,21 @@ def test_claims_table_has_our_column_and_the_papers(tmp_path):
     assert written
     assert isinstance(_CLAIMS[0], Claim)
     _CLAIMS.clear()
+
+
+def test_all_runs_the_papers_and_each_paper_table_has_a_paper_column():
+    from harness.experiments import Experiment, check_paper_tables
+    from harness.tables import Column, Table
+
+    load_all()
+    papers = {e.name for e in EXPERIMENTS.values() if e.paper}
+    assert {"sparq", "distzo2", "clapping", "protocol", "double-quant"} <= papers
+    assert "foundation" not in papers  # the harness reference has no paper to stand beside
+    ours = Table("t", [Column("method", "method"), Column("x", "speed-up", "ratio", True)], [["a", 1.0]])
+    both = Table("t", [*ours.columns, Column("x_paper", "speed-up (paper)", "ratio", True)], [["a", 1.0, 2.0]])
+    exp = Experiment("e", "s", lambda *a: [], paper=True)
+    check_paper_tables(exp, [both])
+    for bad in ([ours], [both, ours], []):
+        with pytest.raises(RuntimeError):
+            check_paper_tables(exp, bad)
+    check_paper_tables(Experiment("e", "s", lambda *a: [], paper=False), [ours])

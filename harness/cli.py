@@ -66,9 +66,10 @@ def cmd_list(args) -> int:
     con.print(t)
     t = Table(title="experiments (commbench reproduce NAME)")
     t.add_column("name")
+    t.add_column("in 'all'")
     t.add_column("what")
     for name, exp in EXPERIMENTS.items():
-        t.add_row(name, exp.summary)
+        t.add_row(name, "yes" if exp.paper else "by name", exp.summary)
     con.print(t)
     return 0
 
@@ -263,7 +264,7 @@ def make_parser() -> argparse.ArgumentParser:
     c.set_defaults(fn=cmd_compare)
 
     rp = sub.add_parser("reproduce", help="run a paper's comparison at this machine's scale")
-    rp.add_argument("paper", help="experiment name, or 'all'")
+    rp.add_argument("paper", help="experiment name (commbench list), or 'all' for every paper's")
     rp.add_argument("--scale", choices=("tiny", "small"), default="tiny")
     rp.add_argument("--out-dir", default="results/exports")
     rp.add_argument("--quiet", action="store_true")

@@ -1,9 +1,12 @@
 """Experiments behind ``commbench reproduce NAME|all``.
 
-An experiment is a named list of runs plus the table that compares them.
-Each writes its result records under ``<out_dir>/<name>/runs/`` and its table
-as markdown, CSV and HTML under ``<out_dir>/``; ``all`` runs every
-experiment in turn and prints each table.
+An experiment is a named list of runs plus the tables that compare them.
+Each writes its result records under ``<out_dir>/<name>/runs/`` and its tables
+as markdown, CSV and HTML under ``<out_dir>/``.  ``all`` runs every *paper*
+experiment in turn, prints each table and ends with the claims table; every
+table of a paper experiment must hold a column of the paper's numbers beside
+ours (checked when it is built).  Supporting experiments (the harness
+reference, scaling, codec sizes) run by name.
 """
 
 from __future__ import annotations
@@ -21,6 +24,7 @@ class Experiment:
     name: str
     summary: str
     run: Callable[[str, Path, bool], list[Table]]  # (scale, out_dir, quiet) -> tables
+    paper: bool = True  # part of ``all``; its tables put the paper's numbers beside ours
 
 
 EXPERIMENTS: dict[str, Experiment] = {}
@@ -61,12 +65,28 @@ def claims_table(claims: list[Claim]) -> Table:
                 "random-weight models of the papers' shapes); 'no' is a finding, not a failure")
 
 
-def experiment(name: str, summary: str):
+def experiment(name: str, summary: str, *, paper: bool = True):
     def deco(fn):
-        EXPERIMENTS[name] = Experiment(name, summary, fn)
+        EXPERIMENTS[name] = Experiment(name, summary, fn, paper)
         return fn
 
     return deco
+
+
+def has_paper_column(table: Table) -> bool:
+    return any("paper" in c.key.lower() or "paper" in c.header_text().lower() for c in table.columns)
+
+
+def check_paper_tables(exp: Experiment, tables: list[Table]) -> None:
+    """A paper experiment's every table shows the paper's numbers beside ours."""
+    if not exp.paper:
+        return
+    if not tables:
+        raise RuntimeError(f"experiment {exp.name!r} produced no table")
+    for t in tables:
+        if not has_paper_column(t):
+            raise RuntimeError(f"experiment {exp.name!r}: table {t.title!r} has no column of the "
+                               "paper's numbers (a header naming 'paper')")
 
 
 def run_experiments(name: str, *, scale: str, out_dir: Path, quiet: bool = False) -> list[Table]:
@@ -78,12 +98,13 @@ def run_experiments(name: str, *, scale: str, out_dir: Path, quiet: bool = False
 
     if name != "all" and name not in EXPERIMENTS:
         raise ConfigError(f"unknown experiment {name!r}; choose from all, {', '.join(EXPERIMENTS)}")
-    chosen = list(EXPERIMENTS.values()) if name == "all" else [EXPERIMENTS[name]]
+    chosen = [e for e in EXPERIMENTS.values() if e.paper] if name == "all" else [EXPERIMENTS[name]]
     tables = []
     _CLAIMS.clear()
     for exp in chosen:
         t0 = time.perf_counter()
         exp_tables = exp.run(scale, out_dir, quiet)
+        check_paper_tables(exp, exp_tables)
         for table in exp_tables:
             if quiet:
                 print(render(table, "md"))
@@ -124,7 +145,7 @@ def _write_tables(name: str, tables: list[Table], out_dir: Path, write_table) ->
 
 # --------------------------------------------------------------------------- foundation
 @experiment("foundation", "reference FO runs: fo-sgd vs pipeline-sgd on threads and gloo "
-            "(equivalence, bytes vs closed form, memory, speed)")
+            "(equivalence, bytes vs closed form, memory, speed)", paper=False)
 def foundation(scale: str, out_dir: Path, quiet: bool) -> list[Table]:
     from algorithms.pipeline.sgd import pipeline_bytes_per_step
 

@@ -7,6 +7,8 @@ Aggregation rules (stated once, used by every algorithm):
 * step time: the median step of the slowest rank;
 * throughput: tokens (or samples) consumed per step over that step time;
 * final loss: mean over the ranks that logged a loss, of their last value;
+* history: the ranks' per-step series (a name logged by several ranks gets
+  ``[rankN]`` after the first), plus ``step_time_s``, the slowest rank's step times;
 * params_sha256: over the union of the ranks' parameters by global index
   (a parameter held by several ranks, e.g. replicas, must agree bit for bit).
 """
@@ -93,7 +95,10 @@ def build_record(cfg: RunConfig, outputs: list[RankOutput]) -> ResultRecord:
             rm[f"sent_messages_per_step[{tag or 'untagged'}]"] = m(n / steps, "messages", False)
         per_rank.append({"rank": o.rank, "metrics": rm})
 
-    history = {}
+    # Measured seconds of each step (slowest rank: the one step_time_s is taken from), for
+    # loss-vs-wall-time plots.  Set first so a rank series of the same name would get a
+    # "[rankN]" suffix instead of replacing it.
+    history = {"step_time_s": [float(t) for t in slowest.step_times]}
     for o in outputs:
         for k, v in o.history.items():
             history.setdefault(k if k not in history else f"{k}[rank{o.rank}]", v)
