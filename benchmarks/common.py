@@ -7,6 +7,8 @@ once (so every ``track_*`` of the class reads the same runs) and the
 
 from __future__ import annotations
 
+import abc
+
 
 def _run_all(runs: dict, common: dict) -> dict:
     import torch
@@ -22,10 +24,12 @@ def _run_all(runs: dict, common: dict) -> dict:
     return out
 
 
-class RunSuite:
+class RunSuite(abc.ABC):
     """Subclasses define ``runs``, ``common``, ``params = list(runs)`` and their
     own one-line ``setup_cache`` (asv keys its cache by where that function is
-    defined, so an inherited one would be shared between classes)."""
+    defined, so an inherited one would be shared between classes).  The base
+    is abstract so that asv, which skips abstract classes, does not collect it
+    as a benchmark of every module that imports it."""
 
     runs: dict = {}
     common: dict = {}
@@ -35,6 +39,10 @@ class RunSuite:
 
     def run_all(self):
         return _run_all(self.runs, self.common)
+
+    @abc.abstractmethod
+    def setup_cache(self):
+        """``return self.run_all()``, defined in each subclass."""
 
     def track_payload_bytes_per_step(self, cache, key):
         return cache[key]["payload_bytes_per_step"]
