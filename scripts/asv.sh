@@ -22,9 +22,17 @@ bench=${ASV_BENCH:-.}
 revs=("$@")
 [ ${#revs[@]} -eq 0 ] && revs=(HEAD)
 
-"$py" -m asv machine --yes --machine "$machine" --os "$(uname -sr)" --arch "$(uname -m)" \
-    --cpu "$(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | xargs)" --num_cpu "$(nproc)" \
-    --ram "$(awk '/MemTotal/ {print $2 * 1024}' /proc/meminfo)" >/dev/null
+# describe this machine to asv (its own `asv machine --yes` stores only some fields)
+"$py" - "$machine" <<'EOF'
+import os, platform, sys
+from asv.machine import MachineCollection
+cpu = next((l.split(":", 1)[1].strip() for l in open("/proc/cpuinfo") if l.startswith("model name")),
+           platform.processor())
+MachineCollection.save(sys.argv[1], {
+    "machine": sys.argv[1], "os": f"{platform.system()} {platform.release()}",
+    "arch": platform.machine(), "cpu": cpu, "num_cpu": str(os.cpu_count()),
+    "ram": str(os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES"))})
+EOF
 work=$(mktemp -d)
 cleanup() {
   "$py" -m pip install --quiet --no-deps -e "$root" >/dev/null 2>&1 || true

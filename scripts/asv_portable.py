@@ -4,8 +4,8 @@ asv names a result file (and its environment) after the interpreter's absolute
 path when it runs on an existing environment (``existing-py_<path>``), which
 ties the history to one checkout and puts a machine path into the repository.
 This renames each such file to ``<commit>-existing-py<X.Y>.json`` and records
-only the Python version, so the same commit measured again replaces its file
-and `commbench compare OLD NEW` finds results from any clone.
+only the Python version, so `commbench compare OLD NEW` finds results from any
+clone; the same commit measured again updates its file benchmark by benchmark.
 
     python scripts/asv_portable.py [results/asv]
 """
@@ -25,6 +25,11 @@ def make_portable(root: Path, version: str) -> list[Path]:
         data.setdefault("params", {})["python"] = version
         data["env_name"] = f"existing-py{version}"
         target = path.with_name(f"{data['commit_hash'][:8]}-{data['env_name']}.json")
+        if target.exists():  # a partial re-run (asv -b) updates the benchmarks it ran, keeps the rest
+            old = json.loads(target.read_text())
+            if old.get("result_columns") == data.get("result_columns"):
+                data["results"] = {**old.get("results", {}), **data.get("results", {})}
+                data["durations"] = {**old.get("durations", {}), **data.get("durations", {})}
         tmp = target.with_suffix(".tmp")
         tmp.write_text(json.dumps(data, indent=None, sort_keys=True) + "\n")
         tmp.replace(target)  # atomic: a reader never sees half a file
