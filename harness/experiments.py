@@ -11,6 +11,7 @@ reference, scaling, codec sizes) run by name.
 
 from __future__ import annotations
 
+import sys
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -28,6 +29,7 @@ class Experiment:
 
 
 EXPERIMENTS: dict[str, Experiment] = {}
+ALL_BUDGET_S = 15 * 60  # `reproduce all` at the default scale must fit here on a 2-core machine
 
 
 @dataclass(frozen=True)
@@ -101,7 +103,9 @@ def run_experiments(name: str, *, scale: str, out_dir: Path, quiet: bool = False
     chosen = [e for e in EXPERIMENTS.values() if e.paper] if name == "all" else [EXPERIMENTS[name]]
     tables = []
     _CLAIMS.clear()
-    for exp in chosen:
+    start = time.perf_counter()
+    for i, exp in enumerate(chosen, 1):
+        print(f"[{i}/{len(chosen)}] {exp.name}: {exp.summary}", flush=True)
         t0 = time.perf_counter()
         exp_tables = exp.run(scale, out_dir, quiet)
         check_paper_tables(exp, exp_tables)
@@ -123,6 +127,11 @@ def run_experiments(name: str, *, scale: str, out_dir: Path, quiet: bool = False
                                 write_table)
         print(f"claims: {', '.join(written)}")
         tables.append(summary)
+    elapsed = time.perf_counter() - start
+    if name == "all" and scale == "tiny":
+        verdict = "within" if elapsed <= ALL_BUDGET_S else "OVER"
+        print(f"all: {elapsed / 60:.1f} min, {verdict} the {ALL_BUDGET_S // 60} min budget of the "
+              "default scale", file=sys.stdout if elapsed <= ALL_BUDGET_S else sys.stderr)
     return tables
 
 
