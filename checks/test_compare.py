@@ -144,13 +144,19 @@ def test_commits_need_one_machine_that_measured_both(two_commits, capsys):
     assert main(["compare", "HEAD~1", "nonsense-rev"]) == 2
 
 
-def test_asv_results_made_portable(tmp_path):
+@pytest.fixture(scope="module")
+def asv_portable():
+    """scripts/asv_portable.py, loaded as a module (scripts/ is not a package)."""
     import importlib.util
 
     spec = importlib.util.spec_from_file_location(
         "asv_portable", Path(__file__).resolve().parent.parent / "scripts" / "asv_portable.py")
     mod = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(mod)
+    return mod
+
+
+def test_asv_results_made_portable(tmp_path, asv_portable):
     sha = "ab" * 20
     _asv_file(tmp_path, "m1", sha, 1000, 0.5)
     f = tmp_path / "m1" / f"{sha[:8]}-existing-py3.11.json"
@@ -159,18 +165,12 @@ def test_asv_results_made_portable(tmp_path):
     local = f.with_name(f"{sha[:8]}-existing-py_home_u_venv_bin_python3.json")
     local.write_text(json.dumps(data))
     f.unlink()
-    assert mod.make_portable(tmp_path, "3.11") == [f]
+    assert asv_portable.make_portable(tmp_path, "3.11") == [f]
     assert not local.exists() and "/home/u" not in f.read_text()
     assert json.loads(f.read_text())["results"] == data["results"]
 
 
-def test_asv_rerun_of_some_benchmarks_keeps_the_others(tmp_path):
-    import importlib.util
-
-    spec = importlib.util.spec_from_file_location(
-        "asv_portable", Path(__file__).resolve().parent.parent / "scripts" / "asv_portable.py")
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
+def test_asv_rerun_of_some_benchmarks_keeps_the_others(tmp_path, asv_portable):
     sha = "cd" * 20
     _asv_file(tmp_path, "m1", sha, 1000, 0.5)  # the full, portable file
     portable = tmp_path / "m1" / f"{sha[:8]}-existing-py3.11.json"
@@ -178,7 +178,7 @@ def test_asv_rerun_of_some_benchmarks_keeps_the_others(tmp_path):
     part = dict(full, env_name="existing-py_x_python3",
                 results={"bench_pipeline.Pipe.track_seconds_per_step": [[0.7, 0.7], [["'a'", "'b'"]], "v", 0, 1.0]})
     (tmp_path / "m1" / f"{sha[:8]}-existing-py_x_python3.json").write_text(json.dumps(part))
-    mod.make_portable(tmp_path, "3.11")
+    asv_portable.make_portable(tmp_path, "3.11")
     merged = json.loads(portable.read_text())["results"]
     assert merged["bench_pipeline.Pipe.track_seconds_per_step"][0] == [0.7, 0.7]
     assert merged["bench_pipeline.Pipe.track_payload_bytes_per_step"] == full["results"][
