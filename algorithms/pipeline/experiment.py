@@ -14,6 +14,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from harness.experiments import experiment
+from harness.models import PRESETS
 from harness.plots import curve_from_record, note, plot_loss_curves
 from harness.tables import Column, Table, load_reference
 
@@ -79,7 +80,7 @@ def clapping(scale: str, out_dir: Path, quiet: bool) -> list[Table]:
                      m["ef_state_bytes_total"], m["step_time_s"]])
     main = Table(
         title=f"clapping: {common['model']} on wiki-en, E = 3, Top-10 % both ways, {common['steps']} steps, "
-              "batch 8x32, 64-sample training set",
+              f"batch {common['batch_size']}x{common['seq_len']}, 64-sample training set",
         columns=[Column("setting", "setting"), Column("algorithm", "algorithm"), Column("p", "p"),
                  Column("val_loss", "val loss", "nats/token", False),
                  Column("val_accuracy", "val next-token acc", "fraction", True),
@@ -101,15 +102,18 @@ def clapping(scale: str, out_dir: Path, quiet: bool) -> list[Table]:
         f"clapping: training loss, {common['model']}, E = 3, Top-10 % both ways (threads backend)")))
 
     mem_rows = []
+    width = PRESETS[common["model"]].d_model  # the hidden state each EF buffer row holds
     for n in (64, 256, 1024):
         for algo in ("clapping-fc", "clapping-fu", "aq-sgd"):
             params = {"p": 0.5} if algo != "aq-sgd" else {}
             cfg = make_config(algo, params={**params, "dataset_size": n}, **{**common, "steps": 2})
             rec = run_with_progress(cfg, quiet)
-            closed = 4 * ef_state_elements(algo, links=2, batch=8, seq_len=32, width=32, dataset_size=n)
+            closed = 4 * ef_state_elements(algo, links=2, batch=common["batch_size"], seq_len=common["seq_len"],
+                                           width=width, dataset_size=n)
             mem_rows.append([algo, n, rec.metrics["ef_state_bytes_total"].value, closed,
                              rec.metrics["peak_memory_bytes"].value])
-    memory = Table(title="clapping: error-feedback memory vs dataset size (E = 3, batch 8x32, width 32, float32)",
+    memory = Table(title=f"clapping: error-feedback memory vs dataset size (E = 3, batch "
+                         f"{common['batch_size']}x{common['seq_len']}, width {width}, float32)",
                    columns=[Column("algorithm", "algorithm"), Column("N", "dataset size N"),
                             Column("ef_bytes", "EF state measured (all ranks)", "bytes", False),
                             Column("closed", "paper's formula (App. H)", "bytes", False),
