@@ -708,6 +708,12 @@ class Stage(nn.Module):
             return p.dtype
         return torch.float32
 
+    @property
+    def ops(self) -> Any:
+        """The model family's ``layers`` / ``embed`` / ``context`` / ``block`` / ``head``
+        functions, for engines that walk the blocks themselves (e.g. ZO2's offloading)."""
+        return self._fam
+
     # -- shapes ---------------------------------------------------------------------
 
     def _spec(self, name: str, batch: int, seq_len: int) -> TensorSpec:

@@ -61,7 +61,7 @@ class ZO2Engine:
                  comm=None, sliced: bool = False, log: ScheduleLog | None = None):
         self.model = model
         self.stage = split_model(model, 1)[0]  # the family's embed / block / head functions
-        self.fam = self.stage._fam
+        self.fam = self.stage.ops
         index = {id(p): i for i, p in enumerate(model.parameters())}
         self.layers = list(self.fam.layers(model))
         in_blocks = {id(p) for layer in self.layers for p in layer.parameters()}
