@@ -48,3 +48,13 @@ def test_all_runs_the_papers_and_each_paper_table_has_a_paper_column():
         with pytest.raises(RuntimeError):
             check_paper_tables(exp, bad)
     check_paper_tables(Experiment("e", "s", lambda *a: [], paper=False), [ours])
+
+
+def test_bandwidth_sweep_takes_the_papers_numbers_from_the_reference_tables():
+    from harness.sweeps import RATES, paper_numbers
+
+    speedup, vs_fastest = paper_numbers()
+    # Clapping Table 9: 100 MB/s = 800 Mbit/s -> 1.65x, 500 MB/s = 4 Gbit/s -> 1.19x
+    assert speedup == {("clapping-fc", "800mbit"): 1.65, ("clapping-fc", "4gbit"): 1.19}
+    assert all(rate in RATES for _, rate in speedup)
+    assert vs_fastest == {("protocol", "80mbit"): pytest.approx(592.41 / 602.57)}
