@@ -94,14 +94,13 @@ def protocol_experiment(scale: str, out_dir: Path, quiet: bool) -> list[Table]:
         tokens = cfg.batch_size * cfg.seq_len
         rows.append([label, kw["backend"] if not extra.get("net") else f"gloo/{extra.get('bandwidth') or 'unshaped'}",
                      *_quarters(rec), cfg.steps * tokens, cfg.steps * m["step_time_s"],
-                     m["payload_bytes_per_step"] / tokens, m["step_time_s"], m["throughput_tokens_per_s"],
-                     None, *paper_vs_central.get(label, (None, None))[:1], None,
-                     *paper_vs_central.get(label, (None, None))[1:]])
+                     m["payload_bytes_per_step"] / tokens, m["step_time_s"], m["throughput_tokens_per_s"]])
     c_hist = recs["centralised"][1].history["loss"]
     c_tps = recs["centralised"][1].metrics["throughput_tokens_per_s"].value
-    for row, (cfg, _) in zip(rows, recs.values(), strict=True):
+    for row, (label, (cfg, _)) in zip(rows, recs.items(), strict=True):
         # perplexity ratio = exp(loss difference), against centralised after as many steps
-        row[11], row[13] = math.exp(row[5] - c_hist[cfg.steps - 1]), row[10] / c_tps
+        ppl_paper, tps_paper = paper_vs_central.get(label, (None, None))
+        row += [math.exp(row[5] - c_hist[cfg.steps - 1]), ppl_paper, row[10] / c_tps, tps_paper]
     q = [Column(f"loss{i}", f"loss at {i}/4", "nats/token", False) for i in (1, 2, 3, 4)]
     main = Table(
         title=f"protocol: {model} (d = {d}) on wiki-en, 2 stages, batch 8x{s['seq']}, AdamW lr {lr}",
