@@ -1,4 +1,5 @@
-"""Algorithms by family.  Importing this package registers every algorithm
-(and every experiment behind ``commbench reproduce``)."""
+"""Algorithms by family: ``codecs/``, ``pipeline/``, ``zo/``, ``protocol/``, ``dataparallel/``.
 
-from . import dataparallel, pipeline, protocol, zo  # noqa: F401
+Nothing is imported here: the harness finds algorithms by name through
+``harness.registry.FAMILY_MODULES``, lazily (see ARCHITECTURE.md).
+"""

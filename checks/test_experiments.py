@@ -5,15 +5,18 @@ from __future__ import annotations
 
 import pytest
 
-from harness.experiments import _CLAIMS, EXPERIMENTS, Claim, _write_tables, claim, claims_table
-from harness.registry import load_all
-from harness.tables import render, write_table
+from harness.experiments import ORDER, Claim, all_experiments, claim, claims_table, get_experiment
+from harness.experiments.claims import _CLAIMS
+from harness.experiments.runner import _write_tables
+from harness.tables import render
 
 
 def test_every_paper_has_an_experiment():
-    load_all()
     for name in ("foundation", "sparq", "distzo2", "clapping", "protocol", "double-quant"):
-        assert name in EXPERIMENTS
+        assert get_experiment(name).name == name
+    # `reproduce all` runs the papers' experiments in the explicit ORDER, the bandwidth sweep last
+    assert [e.name for e in all_experiments() if e.paper] == list(ORDER)
+    assert ORDER[-1] == "bandwidth"
 
 
 def test_claims_table_has_our_column_and_the_papers(tmp_path):
@@ -25,7 +28,7 @@ def test_claims_table_has_our_column_and_the_papers(tmp_path):
     md = render(table, "md")
     assert "paper" in md and "ours" in md and "supported here" in md
     assert [row[4] for row in table.rows] == ["no", "yes", "undecided"]
-    written = _write_tables("claims", [table], tmp_path, write_table)
+    written = _write_tables("claims", [table], tmp_path)
     assert (tmp_path / "claims.md").exists() and (tmp_path / "claims.csv").exists()
     assert written
     assert isinstance(_CLAIMS[0], Claim)
@@ -36,8 +39,7 @@ def test_all_runs_the_papers_and_each_paper_table_has_a_paper_column():
     from harness.experiments import Experiment, check_paper_tables
     from harness.tables import Column, Table
 
-    load_all()
-    papers = {e.name for e in EXPERIMENTS.values() if e.paper}
+    papers = {e.name for e in all_experiments() if e.paper}
     assert {"sparq", "distzo2", "clapping", "protocol", "double-quant"} <= papers
     assert "foundation" not in papers  # the harness reference has no paper to stand beside
     ours = Table("t", [Column("method", "method"), Column("x", "speed-up", "ratio", True)], [["a", 1.0]])
@@ -51,7 +53,7 @@ def test_all_runs_the_papers_and_each_paper_table_has_a_paper_column():
 
 
 def test_bandwidth_sweep_takes_the_papers_numbers_from_the_reference_tables():
-    from harness.sweeps import RATES, paper_numbers
+    from harness.experiments.bandwidth import RATES, paper_numbers
 
     speedup, vs_fastest = paper_numbers()
     # Clapping Table 9: 100 MB/s = 800 Mbit/s -> 1.65x, 500 MB/s = 4 Gbit/s -> 1.19x

@@ -45,12 +45,10 @@ def test_bandwidth_and_codec_pngs(tmp_path):
 # --------------------------------------------------------------------------- codecs experiment
 @pytest.fixture(scope="module")
 def codecs_table(tmp_path_factory):
-    from harness.experiments import EXPERIMENTS
-    from harness.registry import load_all
+    from harness.experiments import get_experiment
 
-    load_all()
     out = tmp_path_factory.mktemp("codecs")
-    (table,) = EXPERIMENTS["codecs"].run("tiny", out, True)
+    (table,) = get_experiment("codecs").run("tiny", out, True)
     return table, out
 
 
@@ -68,7 +66,7 @@ def test_codecs_experiment_covers_every_codec(codecs_table):
 
 def test_codecs_payload_is_the_encoded_length(codecs_table):
     from algorithms.codecs import make_codec
-    from algorithms.codecs.experiment import make_tensor
+    from harness.experiments.codecs import make_tensor
 
     table, _ = codecs_table
     d = [dict(zip([c.key for c in table.columns], row, strict=True)) for row in table.rows]

@@ -7,8 +7,8 @@ from __future__ import annotations
 import importlib.util
 from collections import defaultdict
 
+from harness.experiments.scaling import Run, measure, plan, plot, rows_for, tables_for
 from harness.registry import make_config
-from harness.scaling import Run, measure, plan, plot, rows_for, tables_for
 from harness.tables import render
 
 

@@ -1,7 +1,9 @@
 """``commbench`` command line: list, run, table, reproduce.
 
 Built on the same API a user imports (``harness.registry.make_config``,
-``harness.launcher.run``, ``harness.results``, ``harness.tables``).  Every
+``harness.launcher.run``, ``harness.results``, ``harness.tables``).  This is
+the composition root: the only module outside ``harness.experiments`` that
+imports it (see ARCHITECTURE.md).  Every
 bad input ends with one line on stderr and a non-zero exit status.
 """
 
@@ -37,11 +39,10 @@ def cmd_list(args) -> int:
     from rich.table import Table
 
     from .data import DATASETS, get_dataset
-    from .experiments import EXPERIMENTS
+    from .experiments import all_experiments
     from .models import PRESETS
     from .registry import load_all
 
-    load_all()
     con = _console()
     t = Table(title="algorithms")
     for c in ("name", "family", "world size", "summary"):
@@ -68,8 +69,8 @@ def cmd_list(args) -> int:
     t.add_column("name")
     t.add_column("in 'all'")
     t.add_column("what")
-    for name, exp in EXPERIMENTS.items():
-        t.add_row(name, "yes" if exp.paper else "by name", exp.summary)
+    for exp in all_experiments():
+        t.add_row(exp.name, "yes" if exp.paper else "by name", exp.summary)
     con.print(t)
     return 0
 
@@ -103,25 +104,8 @@ def build_config(args):
     return cfg
 
 
-def run_with_progress(cfg, quiet: bool = False):
-    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
-
-    from .launcher import run
-
-    if quiet:
-        return run(cfg)
-    with Progress(TextColumn("[bold]{task.description}"), BarColumn(), MofNCompleteColumn(),
-                  TimeElapsedColumn(), TextColumn("{task.fields[info]}"), transient=True) as prog:
-        task = prog.add_task(f"{cfg.algorithm} w{cfg.world_size} {cfg.backend}", total=cfg.steps, info="")
-
-        def progress(step, values):
-            info = " ".join(f"{k}={v:.4g}" for k, v in values.items())
-            prog.update(task, completed=step, info=info)
-
-        return run(cfg, progress=progress)
-
-
 def cmd_run(args) -> int:
+    from . import progress
     from .results import write_result
     from .tables import print_table, records_to_table
 
@@ -135,7 +119,7 @@ def cmd_run(args) -> int:
         out = Path(args.out) if args.out else _default_out(cfg)
         record = run_rank(cfg, out if int(os.environ["RANK"]) == 0 else None)
     else:
-        record = run_with_progress(cfg, args.quiet)
+        record = progress.run(cfg, args.quiet)
         out = Path(args.out) if args.out else _default_out(cfg)
         write_result(record, out)
     if record is not None:
@@ -275,8 +259,8 @@ def make_parser() -> argparse.ArgumentParser:
 def main(argv: list[str] | None = None) -> int:
     from algorithms.codecs import CodecError
 
+    from .comm import RankFailed
     from .config import ConfigError
-    from .launcher import RankFailed
     from .netns import NetnsError
     from .results import ResultError
     from .tables import TableError

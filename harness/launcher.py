@@ -26,19 +26,12 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
+from .comm.base import RankFailed
 from .config import ConfigError, RunConfig
 from .context import RankContext, RankOutput, set_rank_threads
 from .registry import get_algorithm
 
 ProgressFn = Callable[[int, dict], None]
-
-
-class RankFailed(RuntimeError):
-    def __init__(self, rank: int, message: str):
-        self.rank = rank
-        self.message = message
-        who = f"rank {rank}" if rank >= 0 else "the run"
-        super().__init__(f"{who} failed: {message}")
 
 
 def validate(cfg: RunConfig) -> None:

@@ -68,5 +68,3 @@ __all__ = [
     "topk_mask",
     "unpack_bits",
 ]
-
-from . import experiment  # noqa: E402,F401  (registers ``commbench reproduce codecs``)  # isort: skip

@@ -1,4 +1,2 @@
-"""First-order pipeline family: the uncompressed references and the compressed pipelines
-(direct compression, AQ-SGD, Clapping-FC / FU) with the ``clapping`` experiment."""
-
-from . import compressed, experiment, sgd  # noqa: F401
+"""First-order pipeline family: the uncompressed references (``fo-sgd``, ``pipeline-sgd``) and the
+compressed pipelines (direct compression, AQ-SGD, Clapping-FC / FU)."""

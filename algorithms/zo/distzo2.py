@@ -3,7 +3,7 @@
 One rank program covers every mode.  The world is a ``groups x pair`` mesh,
 rank ``r`` at ``(b, s) = divmod(r, pair)`` (PertP inner, the paper's layout):
 
-* ``zo2``            1 x 1: single device (registered in :mod:`.zo2`);
+* ``zo2``            1 x 1: single device (the engine is :mod:`.zo2`'s);
 * ``distzo2-pertp``  1 x 2: rank 0 evaluates the +mu points, rank 1 the -mu
   points, both on the whole batch; they all-gather their losses;
 * ``distzo2-ddp``    K x 1: rank k runs ZO2 on shard k and all-gathers its P
@@ -140,6 +140,13 @@ def _2d_check(cfg):
     if not cfg.params.same_batch and cfg.batch_size % (w // 2):
         return f"batch_size {cfg.batch_size} does not split into n_b = {w // 2} equal shards"
     return None
+
+
+@register("zo2", family="zo", params=ZO2Params, max_world=1, paper="DistZO2 (ZO2 baseline)",
+          summary="MeZO with blocks offloaded to host memory: 3-stage upload/compute/offload "
+                  "schedule, update deferred into the next forward, flushed at the end")
+def zo2(ctx):
+    return train(ctx, groups=1, pair=1)
 
 
 @register("distzo2-pertp", family="zo", params=ZO2Params, min_world=2, max_world=2, check=_pertp_check,

@@ -34,7 +34,6 @@ from torch import Tensor
 
 from harness.config import ConfigError
 from harness.models import build_model, lm_loss, split_model
-from harness.registry import register
 
 from .estimator import ZOParams, evaluations, walk
 from .offload import BlockOffloader, ScheduleLog
@@ -187,12 +186,3 @@ def build_engine(ctx, *, comm=None, log: ScheduleLog | None = None) -> ZO2Engine
     model = build_model(cfg.model, seed=cfg.seed, dtype=ctx.dtype).eval()
     return ZO2Engine(model, device=ctx.device, mode=p.mode, budget=p.budget, comm=comm,
                      sliced=p.sliced, log=log)
-
-
-@register("zo2", family="zo", params=ZO2Params, max_world=1, paper="DistZO2 (ZO2 baseline)",
-          summary="MeZO with blocks offloaded to host memory: 3-stage upload/compute/offload "
-                  "schedule, update deferred into the next forward, flushed at the end")
-def zo2(ctx):
-    from .distzo2 import train
-
-    return train(ctx, groups=1, pair=1)

@@ -27,6 +27,16 @@ class CommError(RuntimeError):
     """A communication failed: timeout, dead peer, or a protocol mismatch."""
 
 
+class RankFailed(RuntimeError):
+    """A run ended because one rank failed (``rank`` -1: the run as a whole)."""
+
+    def __init__(self, rank: int, message: str):
+        self.rank = rank
+        self.message = message
+        who = f"rank {rank}" if rank >= 0 else "the run"
+        super().__init__(f"{who} failed: {message}")
+
+
 def tag_hash(tag: str) -> int:
     return zlib.crc32(tag.encode())
 

@@ -12,7 +12,7 @@ import threading
 import time
 from collections import deque
 
-from .base import Comm, CommError
+from .base import Comm, CommError, RankFailed
 
 
 class ThreadsWorld:
@@ -138,8 +138,6 @@ def run_threads(world_size: int, fn, *, timeout_s: float = 120.0, latency_ms: fl
     A rank that raises ends the run: the others are released with CommError
     and the first failure is re-raised as RankFailed naming the rank.
     """
-    from ..launcher import RankFailed  # late import: launcher imports this module
-
     world = ThreadsWorld(world_size, timeout_s)
     results: list = [None] * world_size
     errors: dict[int, BaseException] = {}

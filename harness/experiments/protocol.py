@@ -17,12 +17,15 @@ from __future__ import annotations
 import math
 from pathlib import Path
 
-from harness.experiments import experiment
+from algorithms.protocol.pipeline import bytes_per_token, expected_bytes
 from harness.models import PRESETS
 from harness.plots import curve_from_record, note, plot_loss_curves
+from harness.registry import make_config
 from harness.tables import Column, Table, load_reference
 
-from .pipeline import bytes_per_token, expected_bytes
+from .claims import claim
+from .registry import experiment
+from .runner import run_and_save
 
 
 def _setup(scale: str):
@@ -51,10 +54,6 @@ def _quarters(rec) -> list[float]:
             "(Top-K, quantised) pipelines; loss vs tokens / wall time at loopback and 80 Mbit/s; "
             "bytes per token; memory vs sequence length")
 def protocol_experiment(scale: str, out_dir: Path, quiet: bool) -> list[Table]:
-    from harness.cli import run_with_progress
-    from harness.registry import make_config
-    from harness.results import write_result
-
     s = _setup(scale)
     model, d = s["model"], PRESETS[s["model"]].d_model
     lr = 3e-3
@@ -87,9 +86,8 @@ def protocol_experiment(scale: str, out_dir: Path, quiet: bool) -> list[Table]:
     for label, algo, world, params, extra in runs + net_runs:
         kw = {**common, "steps": s["steps"], "backend": "threads", **extra}
         cfg = make_config(algo, world_size=world, params=params, **kw)
-        rec = run_with_progress(cfg, quiet)
+        rec = run_and_save(cfg, run_dir / f"{label.replace(' ', '_').replace('/', '').replace('=', '')}.json", quiet)
         recs[label] = (cfg, rec)
-        write_result(rec, run_dir / f"{label.replace(' ', '_').replace('/', '').replace('=', '')}.json")
         m = {k: v.value for k, v in rec.metrics.items()}
         tokens = cfg.batch_size * cfg.seq_len
         rows.append([label, kw["backend"] if not extra.get("net") else f"gloo/{extra.get('bandwidth') or 'unshaped'}",
@@ -170,8 +168,7 @@ def protocol_experiment(scale: str, out_dir: Path, quiet: bool) -> list[Table]:
             else:
                 cfg = make_config(algo, world_size=2, params=params, **{**common, "seq_len": seq, "steps": 2,
                                                                          "backend": "gloo"})
-                rec = run_with_progress(cfg, quiet)
-                write_result(rec, run_dir / f"mem-{algo}-seq{seq}.json")
+                rec = run_and_save(cfg, run_dir / f"mem-{algo}-seq{seq}.json", quiet)
             pair.append([r["metrics"]["peak_memory_bytes"].value for r in rec.per_rank])
         base, ours = max(pair[0]), max(pair[1])
         pr = PRESETS[model]
@@ -200,7 +197,6 @@ def protocol_experiment(scale: str, out_dir: Path, quiet: bool) -> list[Table]:
 
 
 def _claims(recs: dict, slow_p: str, slow_u: str, tp: dict, d: int, k: int) -> None:
-    from harness.experiments import claim
 
     pay = {lab: r.metrics["payload_bytes_per_step"].value for lab, (_, r) in recs.items()}
     ratio = pay[slow_u] / pay[slow_p]

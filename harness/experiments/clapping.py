@@ -13,13 +13,16 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from harness.experiments import experiment
+from algorithms.pipeline import toy
+from algorithms.pipeline.compressed import ef_state_elements
 from harness.models import PRESETS
 from harness.plots import curve_from_record, note, plot_loss_curves
+from harness.registry import make_config
 from harness.tables import Column, Table, load_reference
 
-from . import toy
-from .compressed import ef_state_elements
+from .claims import claim
+from .registry import experiment
+from .runner import run_and_save
 
 GIB = 2**30
 # paper Table 4 (h, L, V, workers) and App. H's setting: s = 4096, B = 16, |D| = 45.6 M, 2 bytes
@@ -56,10 +59,6 @@ def _runs(scale: str):
 @experiment("clapping", "Clapping vs no compression, direct compression, AQ-SGD and EF21 (tiny LM), "
             "EF memory vs dataset size, the paper's memory table, and the logistic-regression toy")
 def clapping(scale: str, out_dir: Path, quiet: bool) -> list[Table]:
-    from harness.cli import run_with_progress
-    from harness.registry import make_config
-    from harness.results import write_result
-
     run_dir = out_dir / "clapping" / "runs"
     common, runs = _runs(scale)
     rows, raw_bytes, curves = [], None, []
@@ -69,8 +68,7 @@ def clapping(scale: str, out_dir: Path, quiet: bool) -> list[Table]:
     paper_acc["EF21 (FC p=1)"] = paper_acc.get("EF21")
     for label, algo, params in runs:
         cfg = make_config(algo, params=params, **common)
-        rec = run_with_progress(cfg, quiet)
-        write_result(rec, run_dir / f"{label.replace(' ', '_').replace('=', '').replace('(', '').replace(')', '')}.json")
+        rec = run_and_save(cfg, run_dir / f"{label.replace(' ', '_').replace('=', '').replace('(', '').replace(')', '')}.json", quiet)
         curves.append(curve_from_record(label, rec))
         m = {k: v.value for k, v in rec.metrics.items()}
         raw_bytes = raw_bytes or m["payload_bytes_per_step"]
@@ -107,7 +105,7 @@ def clapping(scale: str, out_dir: Path, quiet: bool) -> list[Table]:
         for algo in ("clapping-fc", "clapping-fu", "aq-sgd"):
             params = {"p": 0.5} if algo != "aq-sgd" else {}
             cfg = make_config(algo, params={**params, "dataset_size": n}, **{**common, "steps": 2})
-            rec = run_with_progress(cfg, quiet)
+            rec = run_and_save(cfg, None, quiet)
             closed = 4 * ef_state_elements(algo, links=2, batch=common["batch_size"], seq_len=common["seq_len"],
                                            width=width, dataset_size=n)
             mem_rows.append([algo, n, rec.metrics["ef_state_bytes_total"].value, closed,
@@ -155,7 +153,6 @@ def clapping(scale: str, out_dir: Path, quiet: bool) -> list[Table]:
 
 
 def _claims(mem_rows: list[list], toy_rows: list[list]) -> None:
-    from harness.experiments import claim
 
     ef = {(row[0], row[1]): row[2] for row in mem_rows}
     growth = ef[("clapping-fc", 1024)] / ef[("clapping-fc", 64)]

@@ -4,7 +4,7 @@ bench_references."""
 
 from __future__ import annotations
 
-from benchmarks.common import RunSuite
+from .common import RunSuite
 
 
 class CompressedPipelines(RunSuite):

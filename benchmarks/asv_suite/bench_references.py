@@ -8,7 +8,7 @@ asserted.  asv treats larger as worse, so time is seconds per step.
 
 from __future__ import annotations
 
-from benchmarks.common import RunSuite
+from .common import RunSuite
 
 
 class FOReferences(RunSuite):

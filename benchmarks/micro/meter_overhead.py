@@ -2,7 +2,7 @@
 
 Runs metered and unmetered configurations alternately (so machine noise hits
 both alike) and reports the ratio of their median step times, measured in one
-run.  Usage: ``python -m benchmarks.meter_overhead [--backend gloo] [--rounds 6]``.
+run.  Usage: ``python -m benchmarks.micro.meter_overhead [--backend gloo] [--rounds 6]``.
 """
 
 from __future__ import annotations

@@ -13,8 +13,12 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from harness.experiments import experiment
+from harness.registry import make_config
 from harness.tables import Column, Table, load_reference, with_reference
+
+from .claims import claim
+from .registry import experiment
+from .runner import run_and_save
 
 MODES = (("ZO2", "zo2", 1, 1.0), ("PertP", "distzo2-pertp", 2, 2.0), ("DDP", "distzo2-ddp", 2, 2.0),
          ("2D", "distzo2-2d", 4, 4.0))
@@ -23,7 +27,6 @@ ZO = dict(lr=1e-4, mu=1e-3, difference="central", mode="inplace")
 
 def configs(model: str, *, steps: int, batch_size: int, seq_len: int, modes=MODES, sliced: bool = False,
             backend: str = "gloo"):
-    from harness.registry import make_config
 
     return [(label, ideal, make_config(algo, world_size=w, backend=backend, model=model, data="wiki-en",
                                        steps=steps, seed=0, batch_size=batch_size, seq_len=seq_len,
@@ -71,15 +74,11 @@ COLUMNS = [
 
 def run_table(model: str, *, steps: int, batch_size: int, seq_len: int, quiet: bool, run_dir: Path | None,
               sliced: bool = False, modes=MODES) -> Table:
-    from harness.cli import run_with_progress
-    from harness.results import write_result
-
     recs = {}
     for label, ideal, cfg in configs(model, steps=steps, batch_size=batch_size, seq_len=seq_len,
                                      modes=modes, sliced=sliced):
-        rec = run_with_progress(cfg, quiet)
-        if run_dir is not None:
-            write_result(rec, run_dir / f"{model}-{label}{'-sliced' if sliced else ''}.json")
+        rec = run_and_save(cfg, None if run_dir is None else run_dir / f"{model}-{label}{'-sliced' if sliced else ''}.json",
+                           quiet)
         recs[label] = (ideal, rec)
     return Table(
         title=f"distzo2 Table 1 shape: {model}, {steps} steps, global batch {batch_size}x{seq_len}, gloo"
@@ -104,7 +103,6 @@ def reproduce_distzo2(scale: str, out_dir: Path, quiet: bool) -> list[Table]:
 
 
 def _claims(t: Table) -> None:
-    from harness.experiments import claim
 
     j = t.column_index("speedup_vs_zo2")
     speed = {row[0]: row[j] for row in t.rows}

@@ -1,5 +1,5 @@
 """Micro-benchmarks of the harness itself (pytest-benchmark; skipped in the
-test run, run with ``pytest benchmarks/test_bench_harness.py --benchmark-only``).
+test run, run with ``pytest benchmarks/micro/test_bench_harness.py --benchmark-only``).
 
 Meter overhead: the same pipeline-sgd step with and without byte metering,
 both measured in the same session; compare the two rows of the group.

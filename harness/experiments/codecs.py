@@ -13,11 +13,11 @@ from pathlib import Path
 
 import torch
 
-from harness.experiments import experiment
+from algorithms.codecs import CODECS, make_codec
 from harness.plots import note, plot_codec_sizes
 from harness.tables import Column, Table
 
-from .registry import CODECS, make_codec
+from .registry import experiment
 
 SIZES = (1024, 16_384, 262_144)
 KINDS = ("gaussian", "relu")

@@ -5,7 +5,7 @@ Bytes and messages per step are deterministic; seconds and memory are tracked.
 
 from __future__ import annotations
 
-from benchmarks.common import RunSuite
+from .common import RunSuite
 
 
 class ZerothOrder(RunSuite):

@@ -22,8 +22,12 @@ from dataclasses import dataclass
 from functools import cache
 from pathlib import Path
 
-from .experiments import experiment
-from .tables import Column, Table
+from harness.models import PRESETS, default_boundaries, model_info
+from harness.registry import make_config
+from harness.tables import Column, Table
+
+from .registry import experiment
+from .runner import run_and_save
 
 SIZES = ("tiny-opt", "small-opt", "opt-125m")
 DQ_PROBLEMS = ("logreg-cancer", "logreg-digits", "mlp-digits")
@@ -49,7 +53,6 @@ def num_parameters(model: str) -> int:
         from algorithms.dataparallel.problems import make_problem
 
         return make_problem(model).d
-    from .models import model_info
 
     return model_info(model)["num_parameters"]
 
@@ -63,8 +66,6 @@ def _setup(scale: str) -> dict:
 
 def plan(scale: str) -> list[Run]:
     """Every run of the study, each series smallest first (its first row is the ratio's base)."""
-    from .models import PRESETS, default_boundaries
-    from .registry import make_config
 
     s = _setup(scale)
 
@@ -120,14 +121,11 @@ def _release_heap() -> None:
 
 def measure(runs: list[Run], run_dir: Path, quiet: bool) -> list[tuple[Run, object]]:
     """Run each config and keep its result record (also written under ``run_dir``)."""
-    from .cli import run_with_progress
-    from .results import write_result
-
     out = []
     for run in runs:
         _release_heap()
-        rec = run_with_progress(run.cfg, quiet)
-        write_result(rec, run_dir / f"{run.axis}-{run.cfg.algorithm}-{run.cfg.model}-w{run.cfg.world_size}.json")
+        rec = run_and_save(run.cfg, run_dir / f"{run.axis}-{run.cfg.algorithm}-{run.cfg.model}-w{run.cfg.world_size}.json",
+                           quiet)
         out.append((run, rec))
     return out
 

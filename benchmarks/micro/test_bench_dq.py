@@ -2,7 +2,7 @@
 
 Skipped by default (``--benchmark-skip`` in pyproject addopts).  Run with::
 
-    pytest benchmarks/test_bench_dq.py --benchmark-only --benchmark-columns=min,median,rounds
+    pytest benchmarks/micro/test_bench_dq.py --benchmark-only --benchmark-columns=min,median,rounds
 
 Inputs are gradient-difference-sized vectors (d = 7510, the digits MLP, and
 d = 79510, the paper's MNIST MLP).  Each benchmark stores its median over the

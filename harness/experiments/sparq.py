@@ -18,21 +18,21 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from harness.experiments import experiment
+from harness.models import PRESETS, default_boundaries
 from harness.plots import curve_from_record, note, plot_loss_curves
+from harness.registry import make_config
 from harness.tables import Column, Table, load_reference, with_reference
+
+from .claims import claim
+from .registry import experiment
+from .runner import run_and_save
 
 ZO = dict(lr=5e-3, mu=1e-3, difference="forward")
 TINY = (("tiny-opt", "relu"), ("tiny-gpt2", "gelu"), ("tiny-llama", "swiglu"))
 
 
 def _run(cfg, quiet, run_dir: Path, name: str):
-    from harness.cli import run_with_progress
-    from harness.results import write_result
-
-    rec = run_with_progress(cfg, quiet)
-    write_result(rec, run_dir / f"{name}.json")
-    return rec
+    return run_and_save(cfg, run_dir / f"{name}.json", quiet)
 
 
 def _m(rec, key, default=None):
@@ -51,8 +51,6 @@ def _rank_tag(rec, rank, tag):
 def methods_runs(model: str, *, steps: int, batch_size: int, seq_len: int, perturbations: int = 5,
                  bits: int = 4, backend: str = "gloo", split: int | None = None, lr: float = ZO["lr"]):
     """Configs of the Table 2 comparison (FO pipeline, MeZO, SparQ) at one FFN-activation split."""
-    from harness.models import PRESETS, default_boundaries
-    from harness.registry import make_config
 
     cut = split if split is not None else default_boundaries(PRESETS[model].num_blocks, 2, "ffn_act")[0]
     common = dict(model=model, data="wiki-en", steps=steps, seed=0, batch_size=batch_size, seq_len=seq_len,
@@ -101,8 +99,6 @@ METHOD_COLUMNS = [
 @experiment("sparq", "SparQ Tables 1-2 shape: bits vs sparsity and bytes (tiny ReLU/GELU/SwiGLU); "
             "FO pipeline vs MeZO vs SparQ memory per node and bytes (tiny-opt, OPT-125M shape)")
 def reproduce_sparq(scale: str, out_dir: Path, quiet: bool) -> list[Table]:
-    from harness.registry import make_config
-
     run_dir = out_dir / "sparq" / "runs"
     ref = load_reference("sparq")
     steps, batch, seq = (10, 8, 32) if scale == "tiny" else (30, 8, 64)
@@ -145,8 +141,7 @@ def reproduce_sparq(scale: str, out_dir: Path, quiet: bool) -> list[Table]:
     # ---- Table 2: methods, memory per node
     tables = [t1]
     # OPT-125M: P = 1 and 2 steps keep it to minutes on 2 cores (regenerating z for 163M
-    # parameters dominates a ZO step); `python -m benchmarks.zo_headline --perturbations 5`
-    # runs the paper's P = 5.
+    # parameters dominates a ZO step).
     for model, (st, b, s, P, lr) in (("tiny-opt", (steps, batch, seq, 5, ZO["lr"])),
                                      ("opt-125m", (2, 2, 32, 1, 1e-4))):
         cut, runs = methods_runs(model, steps=st, batch_size=b, seq_len=s, perturbations=P, lr=lr)
@@ -175,7 +170,6 @@ def reproduce_sparq(scale: str, out_dir: Path, quiet: bool) -> list[Table]:
 
 
 def _claims(recs: dict, perturbations: int) -> None:
-    from harness.experiments import claim
 
     fo, sq = recs["pipeline-sgd"], recs["sparq"]
     mem = _m(fo, "peak_memory_bytes") / _m(sq, "peak_memory_bytes")

@@ -2,7 +2,7 @@
 
 Skipped by default (``--benchmark-skip`` in pyproject addopts).  Run with::
 
-    pytest benchmarks/test_bench_codecs.py --benchmark-only \
+    pytest benchmarks/micro/test_bench_codecs.py --benchmark-only \
         --benchmark-columns=min,median,mean,rounds
 
 The reference is ``x.clone()`` of the same input; the goal for quantise + pack

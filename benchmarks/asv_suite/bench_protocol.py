@@ -4,7 +4,7 @@ network namespaces (tc tbf).  ``track_bytes_per_token`` is deterministic."""
 
 from __future__ import annotations
 
-from benchmarks.common import RunSuite, _run_all
+from .common import RunSuite, _run_all
 
 
 def _shaped_runs_possible() -> bool:

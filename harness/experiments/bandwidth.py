@@ -12,9 +12,14 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from .experiments import experiment
-from .plots import note, plot_bandwidth
-from .tables import Column, Table
+from harness.config import parse_rate
+from harness.netns import unavailable_reason
+from harness.plots import note, plot_bandwidth
+from harness.registry import make_config
+from harness.tables import Column, Table, load_reference
+
+from .registry import experiment
+from .runner import run_and_save
 
 # 800 Mbit/s and 4 Gbit/s are Clapping Table 9's 100 and 500 MB/s; 80 Mbit/s is Protocol Models' link.
 RATES = ("10mbit", "80mbit", "800mbit", "4gbit", "10gbit")
@@ -31,9 +36,6 @@ def paper_numbers() -> tuple[dict, dict]:
     speed-ups (given at 100-500 MB/s; analytic, per the spec) and Protocol Models Table 1's
     throughput at 80 Mbit/s over centralised training at 100 Gbit/s (an uncertain reading
     of a garbled table)."""
-    from .config import parse_rate
-    from .tables import load_reference
-
     table9 = {r["setting"]: r["value"] for r in load_reference("clapping")
               if r["table"] == "Table 9" and r["metric"] == "speedup"}
     speedup = {("clapping-fc", rate): table9[f"{parse_rate(rate) / 8e6:g}MB/s"] for rate in RATES
@@ -47,11 +49,6 @@ def paper_numbers() -> tuple[dict, dict]:
 @experiment("bandwidth", "time per step vs shaped bandwidth (10 Mbit/s - 10 Gbit/s) for the uncompressed, "
                          "Clapping and Protocol pipelines, with payload and kernel wire bytes (root)")
 def bandwidth_sweep(scale: str, out_dir: Path, quiet: bool) -> list[Table]:
-    from .cli import run_with_progress
-    from .netns import unavailable_reason
-    from .registry import make_config
-    from .results import write_result
-
     model, steps, seq = ("tiny-llama", 5, 256) if scale == "tiny" else ("small-llama", 10, 256)
     cols = [Column("method", "method"), Column("bandwidth", "bandwidth"),
             Column("payload", "payload bytes/step", "bytes", False),
@@ -74,8 +71,7 @@ def bandwidth_sweep(scale: str, out_dir: Path, quiet: bool) -> list[Table]:
             cfg = make_config(algo, world_size=2, backend="gloo", net="netns", bandwidth=rate, model=model,
                               data="wiki-en", steps=steps, batch_size=8, seq_len=seq, micro_batches=2,
                               params=params)
-            rec = run_with_progress(cfg, quiet)
-            write_result(rec, run_dir / f"{algo}-{rate}.json")
+            rec = run_and_save(cfg, run_dir / f"{algo}-{rate}.json", quiet)
             m = {k: v.value for k, v in rec.metrics.items()}
             if algo == "pipeline-sgd":
                 base[rate] = m["step_time_s"]

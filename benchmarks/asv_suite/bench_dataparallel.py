@@ -17,8 +17,8 @@ class DoubleQuantisation:
     def setup_cache(self):
         import torch
 
-        from algorithms.dataparallel import dq_experiment as dqx
         from algorithms.dataparallel.problems import make_problem
+        from harness.experiments import double_quant as dqx
 
         torch.set_num_threads(1)
         cfg = dqx.settings("tiny")

@@ -21,12 +21,15 @@ from pathlib import Path
 
 import torch
 
-from harness.experiments import experiment
+from algorithms.dataparallel import ps
+from algorithms.dataparallel.problems import make_problem
+from harness.launcher import run
 from harness.plots import Curve, note, plot_loss_curves
+from harness.registry import make_config
 from harness.tables import Column, Table, load_reference, with_reference
 
-from . import ps
-from .problems import make_problem
+from .claims import claim
+from .registry import experiment
 
 ORDER = ["asyfpg", "acc-asyfpg", "qsvrg", "asylpg", "sparse-asylpg", "acc-asylpg", "qsgd"]
 MUS = [0.005, 0.01, 0.05, 0.1, 0.5, 2.0, 10.0, 50.0, 150.0, 800.0]
@@ -119,9 +122,6 @@ def table1_right(prob, cfg: dict) -> Table:
 
 def meter_check(cfg: dict) -> list[str]:
     """One real run over the threads Comm: metered payload bytes = the master's accounted bytes."""
-    from harness.launcher import run
-    from harness.registry import make_config
-
     params = dict(lr=0.1, m=30, batch=20, b=cfg["b"], bx=cfg["bx"], tau=2)
     rec = run(make_config("asylpg", world_size=3, backend="threads", steps=2, seed=0,
                           model="logreg-digits", params=params))
@@ -157,7 +157,6 @@ def _plot(curves: list[Curve], cfg: dict, out_dir: Path) -> str:
 
 def _claims(left: Table) -> None:
     """Table 1 (left, MNIST): AsyFPG bits / algorithm bits to the loss threshold."""
-    from harness.experiments import claim
 
     j = left.column_index("ratio")
     ratio = {row[0]: row[j] for row in left.rows}
