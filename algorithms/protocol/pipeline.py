@@ -31,9 +31,10 @@ import torch
 from algorithms.codecs import make_codec
 from algorithms.pipeline.engine import Arrival, Boundary, LinkCodecs, StageLinks, run_step
 from algorithms.pipeline.links import Channel
+from algorithms.pipeline.local import train_local
 from harness.config import RunConfig
 from harness.data import get_dataset
-from harness.models import PRESETS, build_model, build_stage, lm_loss, max_stages
+from harness.models import PRESETS, build_model, build_stage, max_stages
 from harness.registry import register
 
 from .model import WP2_OPTIMIZERS, ConstrainedModel, first_free_block, residual_problem
@@ -291,29 +292,27 @@ def protocol_central(ctx):
 
         layer.register_forward_pre_hook(keep)
     U0, updates = wire.U.clone(), 0
-    ctx.tokens_per_step = cfg.batch_size * cfg.seq_len
-    for step in ctx.steps():
-        input_ids, labels = batch(cfg, step, ctx.device)
-        opt.zero_grad(set_to_none=True)
-        total = 0.0
-        for ids, labs in zip(input_ids.chunk(cfg.micro_batches), labels.chunk(cfg.micro_batches), strict=True):
-            boundary.clear()
-            loss = lm_loss(net(ids).logits, labs) / cfg.micro_batches
-            loss.backward()
-            if gram is not None:
-                gram.add(boundary[0].grad)
-            total += loss.item()
+
+    def after_backward():
+        gram.add(boundary[0].grad)
+        boundary.clear()
+
+    def before_update():
         if gram is not None:
             gram.steps += 1
         if model is not None:
             model.project_grads()
-        opt.step()
+
+    def after_update(step):
+        nonlocal updates
         if model is not None:
             model.project()
         if grassmann and (step + 1) % p.grassmann_every == 0:
             grassmann_sync(ctx.comm, wire, model, opt, gram, p.grassmann_eta, src=0)
             updates += 1
-        ctx.log(loss=total)
+
+    train_local(ctx, net, opt, after_backward=after_backward if gram is not None else None,
+                before_update=before_update, after_update=after_update)
     if model is not None:
         _report(ctx, wire, model, U0, updates)
     return ctx.finish(enumerate(net.parameters()))
