@@ -10,6 +10,11 @@ error-feedback state, or (lossless dense codec) be the uncompressed pipeline.
 The link is straight-through for autograd: the next stage's input is the
 *reconstructed* activation as a leaf, and its gradient (as reconstructed on
 this side) is fed to ``backward`` of this stage's outputs (spec §2.4).
+
+What a stage hands to the next is a :class:`Boundary` map.  The default sends
+the stage's output tensors as they are; an algorithm whose boundary is a
+function of them (Protocol Models: the k-dim coefficients plus the token ids,
+``algorithms.protocol.pipeline``) supplies its own, and the schedule stays here.
 """
 
 from __future__ import annotations
@@ -51,10 +56,37 @@ class StageLinks:
         return [c for c in (self.fwd_in, self.bwd_out, self.fwd_out, self.bwd_in) if c is not None]
 
 
+@dataclass
+class Arrival:
+    """One micro-batch as a stage receives it."""
+
+    leaves: tuple[torch.Tensor, ...]  # the received tensors; their gradients go back
+    inputs: tuple[torch.Tensor, ...]  # what the stage is called with
+    tokens: torch.Tensor | None = None  # the micro-batch's token ids, where the boundary carries them
+
+
+class Boundary:
+    """The boundary map of a link: the stage's outputs cross as they are, one message each
+    under key ``(micro-batch, tensor index)`` (pipeline-sgd and the compressed pipelines)."""
+
+    def send(self, comm, channel: Channel, outputs: tuple[torch.Tensor, ...], dst: int, mb: int,
+             tokens: torch.Tensor | None) -> tuple[torch.Tensor, ...]:
+        """Send one micro-batch forward; returns the sent tensors the returned gradients are for."""
+        for i, t in enumerate(outputs):
+            channel.send(comm, t, dst, "act", (mb, i))
+        return outputs
+
+    def recv(self, comm, channel: Channel, src: int, mb: int, stage: Stage, device) -> Arrival:
+        leaves = tuple(channel.recv(comm, src, "act", (mb, i), device).requires_grad_()
+                       for i in range(len(stage.input_names)))
+        return Arrival(leaves, leaves)
+
+
 def run_step(comm, stage: Stage, input_ids: torch.Tensor, labels: torch.Tensor,
-             micro_batches: int, links: StageLinks) -> float | None:
+             micro_batches: int, links: StageLinks, boundary: Boundary | None = None) -> float | None:
     """Forward and backward of one batch on this stage; returns the loss on the last stage."""
     rank, last = comm.rank, comm.world_size - 1
+    boundary = boundary or Boundary()
     device = input_ids.device
     ids = input_ids.chunk(micro_batches)
     labs = labels.chunk(micro_batches)
@@ -62,20 +94,18 @@ def run_step(comm, stage: Stage, input_ids: torch.Tensor, labels: torch.Tensor,
     loss_total = 0.0
     for mb in range(micro_batches):
         if rank == 0:
-            inputs = (ids[mb],)
+            got = Arrival((), (ids[mb],), ids[mb])
         else:
-            inputs = tuple(links.fwd_in.recv(comm, rank - 1, "act", (mb, i), device).requires_grad_()
-                           for i in range(len(stage.input_names)))
-        outputs = stage(*inputs)
+            got = boundary.recv(comm, links.fwd_in, rank - 1, mb, stage, device)
+        outputs = stage(*got.inputs)
         if rank == last:
             loss = lm_loss(outputs[0], labs[mb]) / micro_batches
             loss_total += loss.item()
-            saved.append((inputs, (loss,)))
+            saved.append((got.leaves, (loss,)))
         else:
-            for i, t in enumerate(outputs):
-                links.fwd_out.send(comm, t, rank + 1, "act", (mb, i))
-            saved.append((inputs, outputs))
-    for mb, (inputs, outputs) in enumerate(saved):
+            sent = boundary.send(comm, links.fwd_out, outputs, rank + 1, mb, got.tokens)
+            saved.append((got.leaves, sent))
+    for mb, (leaves, outputs) in enumerate(saved):
         if rank == last:
             outputs[0].backward()
         else:
@@ -83,7 +113,7 @@ def run_step(comm, stage: Stage, input_ids: torch.Tensor, labels: torch.Tensor,
                           for i in range(len(outputs)))
             torch.autograd.backward(outputs, grads)
         if rank > 0:
-            for i, t in enumerate(inputs):
+            for i, t in enumerate(leaves):
                 links.bwd_out.send(comm, t.grad, rank - 1, "grad", (mb, i))
     return loss_total if rank == last else None
 

@@ -14,11 +14,11 @@ import torch
 
 from algorithms.codecs import make_codec
 from harness.config import RunConfig
-from harness.data import get_dataset
-from harness.models import PRESETS, build_model, build_stage, lm_loss, max_stages
+from harness.models import PRESETS, build_model, build_stage, max_stages
 from harness.registry import register
 
 from .engine import LinkCodecs, pipeline_step
+from .local import batch, train_local
 
 CUTS = ("block", "ffn_act")
 
@@ -42,12 +42,6 @@ def _optimizer(params, p: SGDParams) -> torch.optim.Optimizer:
     # foreach=False: the plain per-tensor update, identical for any grouping of
     # parameters into stages.
     return torch.optim.SGD(params, lr=p.lr, momentum=p.momentum, foreach=False)
-
-
-def _batch(cfg: RunConfig, step: int, device: torch.device):
-    ids, labels = get_dataset(cfg.data).batch(step, batch_size=cfg.batch_size, seq_len=cfg.seq_len,
-                                              seed=cfg.seed)
-    return ids.to(device), labels.to(device)
 
 
 def _wire_codec(dtype: torch.dtype):
@@ -86,18 +80,7 @@ def _fits_model(cfg: RunConfig) -> str | None:
 def fo_sgd(ctx):
     cfg, p = ctx.cfg, ctx.params
     model = build_model(cfg.model, seed=cfg.seed, dtype=ctx.dtype, device=ctx.device)
-    opt = _optimizer(model.parameters(), p)
-    ctx.tokens_per_step = cfg.batch_size * cfg.seq_len
-    for step in ctx.steps():
-        input_ids, labels = _batch(cfg, step, ctx.device)
-        opt.zero_grad(set_to_none=True)
-        total = 0.0
-        for ids, labs in zip(input_ids.chunk(cfg.micro_batches), labels.chunk(cfg.micro_batches), strict=True):
-            loss = lm_loss(model(ids).logits, labs) / cfg.micro_batches
-            loss.backward()
-            total += loss.item()
-        opt.step()
-        ctx.log(loss=total)
+    train_local(ctx, model, _optimizer(model.parameters(), p))
     return ctx.finish(enumerate(model.parameters()))
 
 
@@ -112,7 +95,7 @@ def pipeline_sgd(ctx):
     opt = _optimizer(stage.parameters(), p)
     ctx.tokens_per_step = cfg.batch_size * cfg.seq_len
     for step in ctx.steps():
-        input_ids, labels = _batch(cfg, step, ctx.device)
+        input_ids, labels = batch(cfg, step, ctx.device)
         opt.zero_grad(set_to_none=True)
         loss = pipeline_step(ctx.comm, stage, input_ids, labels, cfg.micro_batches, codecs)
         opt.step()

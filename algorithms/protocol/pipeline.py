@@ -1,9 +1,10 @@
 """``protocol``: the subspace-constrained pipeline, and ``protocol-central``, the same
 constrained model trained unsplit in one process (its reference).
 
-The schedule is the compressed-pipeline engine's (``algorithms.pipeline.engine``):
+The schedule is the pipeline engine's (``algorithms.pipeline.engine.run_step``):
 all micro-batches forward, then all backward in the same order, one stage per
-rank, tags ``"act"`` / ``"grad"``.  What crosses a boundary (spec §2.4, §2.5):
+rank, tags ``"act"`` / ``"grad"``.  :class:`ProtocolBoundary` is the engine's
+boundary map; what crosses a boundary (spec §2.4, §2.5):
 
 * forward, two messages per micro-batch: ``C = (X - PE - T_fixed[ids]) U``
   ([b, n, k] in the wire dtype) and the token ids ([b, n], 1 byte each for a
@@ -28,10 +29,12 @@ from dataclasses import dataclass
 import torch
 
 from algorithms.codecs import make_codec
+from algorithms.pipeline.engine import Arrival, Boundary, LinkCodecs, StageLinks, run_step
 from algorithms.pipeline.links import Channel
+from algorithms.pipeline.local import train_local
 from harness.config import RunConfig
 from harness.data import get_dataset
-from harness.models import PRESETS, build_model, build_stage, lm_loss, max_stages
+from harness.models import PRESETS, build_model, build_stage, max_stages
 from harness.registry import register
 
 from .model import WP2_OPTIMIZERS, ConstrainedModel, first_free_block, residual_problem
@@ -152,47 +155,53 @@ class GramAccumulator:
         self.steps = 0
 
 
+class ProtocolBoundary(Boundary):
+    """The engine's boundary map for the subspace wire (spec §2.4, §2.5).
+
+    Forward, per micro-batch: ``C = wire.encode(x, ids)`` under key ``(mb, 0)``
+    and the token ids under ``(mb, 1)``; the receiver rebuilds ``x`` from both,
+    so the gradient that comes back is ``∂L/∂C`` and the received ``C`` is the
+    leaf whose gradient goes back.  With a ``gram`` the (last) rank keeps its
+    rebuilt inputs to accumulate ``Gᵀ G`` of their full-width gradients.
+    """
+
+    def __init__(self, wire: Wire, vocab: int, gram: GramAccumulator | None = None):
+        self.wire, self.vocab, self.gram = wire, vocab, gram
+        self.ids = Channel(make_codec("identity"))
+        self.rebuilt: list[torch.Tensor] = []
+
+    def send(self, comm, channel, outputs, dst, mb, tokens):
+        c = self.wire.encode(outputs[0], tokens)
+        channel.send(comm, c, dst, "act", (mb, 0))
+        self.ids.send(comm, ids_to_wire(tokens, self.vocab), dst, "act", (mb, 1))
+        return (c,)
+
+    def recv(self, comm, channel, src, mb, stage, device) -> Arrival:
+        c = channel.recv(comm, src, "act", (mb, 0), device).requires_grad_()
+        tokens = ids_from_wire(self.ids.recv(comm, src, "act", (mb, 1), device))
+        x = self.wire.decode(c, tokens)
+        if self.gram is not None:
+            x.retain_grad()
+            self.rebuilt.append(x)
+        return Arrival((c,), (x,), tokens)
+
+    def accumulate(self) -> None:
+        """After backward: ``Gᵀ G`` of every micro-batch's rebuilt input, in micro-batch order."""
+        for x in self.rebuilt:
+            self.gram.add(x.grad)
+        self.rebuilt.clear()
+        self.gram.steps += 1
+
+
 def protocol_step(comm, stage, wire: Wire, input_ids, labels, micro_batches: int, codec,
                   vocab: int, gram: GramAccumulator | None = None) -> float | None:
     """Forward and backward of one batch on this rank's stage; the loss on the last rank."""
-    rank, last = comm.rank, comm.world_size - 1
-    device = input_ids.device
-    act, grad, idc = Channel(codec), Channel(codec), Channel(make_codec("identity"))
-    ids, labs = input_ids.chunk(micro_batches), labels.chunk(micro_batches)
-    saved, loss_total = [], 0.0
-    for mb in range(micro_batches):
-        c_in = x_in = None
-        if rank == 0:
-            tok = ids[mb]
-            x = stage(tok)[0]
-        else:
-            c_in = act.recv(comm, rank - 1, "act", (mb, 0), device).requires_grad_()
-            tok = ids_from_wire(idc.recv(comm, rank - 1, "act", (mb, 1), device))
-            x_in = wire.decode(c_in, tok)
-            if gram is not None and rank == last:
-                x_in.retain_grad()
-            x = stage(x_in)[0]
-        if rank == last:
-            loss = lm_loss(x, labs[mb]) / micro_batches
-            loss_total += loss.item()
-            saved.append((c_in, x_in, loss))
-        else:
-            c_out = wire.encode(x, tok)
-            act.send(comm, c_out, rank + 1, "act", (mb, 0))
-            idc.send(comm, ids_to_wire(tok, vocab), rank + 1, "act", (mb, 1))
-            saved.append((c_in, x_in, c_out))
-    for mb, (c_in, x_in, out) in enumerate(saved):
-        if rank == last:
-            out.backward()
-            if gram is not None:
-                gram.add(x_in.grad)
-        else:
-            torch.autograd.backward(out, grad.recv(comm, rank + 1, "grad", (mb, 0), device))
-        if rank > 0:
-            grad.send(comm, c_in.grad, rank - 1, "grad", (mb, 0))
+    links = StageLinks.direct(comm.rank, comm.world_size, LinkCodecs(forward=codec, backward=codec))
+    boundary = ProtocolBoundary(wire, vocab, gram)
+    loss = run_step(comm, stage, input_ids, labels, micro_batches, links, boundary)
     if gram is not None:
-        gram.steps += 1
-    return loss_total if rank == last else None
+        boundary.accumulate()
+    return loss
 
 
 def grassmann_sync(comm, wire: Wire, model: ConstrainedModel, opt, gram: GramAccumulator | None,
@@ -283,29 +292,27 @@ def protocol_central(ctx):
 
         layer.register_forward_pre_hook(keep)
     U0, updates = wire.U.clone(), 0
-    ctx.tokens_per_step = cfg.batch_size * cfg.seq_len
-    for step in ctx.steps():
-        input_ids, labels = batch(cfg, step, ctx.device)
-        opt.zero_grad(set_to_none=True)
-        total = 0.0
-        for ids, labs in zip(input_ids.chunk(cfg.micro_batches), labels.chunk(cfg.micro_batches), strict=True):
-            boundary.clear()
-            loss = lm_loss(net(ids).logits, labs) / cfg.micro_batches
-            loss.backward()
-            if gram is not None:
-                gram.add(boundary[0].grad)
-            total += loss.item()
+
+    def after_backward():
+        gram.add(boundary[0].grad)
+        boundary.clear()
+
+    def before_update():
         if gram is not None:
             gram.steps += 1
         if model is not None:
             model.project_grads()
-        opt.step()
+
+    def after_update(step):
+        nonlocal updates
         if model is not None:
             model.project()
         if grassmann and (step + 1) % p.grassmann_every == 0:
             grassmann_sync(ctx.comm, wire, model, opt, gram, p.grassmann_eta, src=0)
             updates += 1
-        ctx.log(loss=total)
+
+    train_local(ctx, net, opt, after_backward=after_backward if gram is not None else None,
+                before_update=before_update, after_update=after_update)
     if model is not None:
         _report(ctx, wire, model, U0, updates)
     return ctx.finish(enumerate(net.parameters()))
