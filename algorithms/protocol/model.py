@@ -12,7 +12,8 @@ both views constrain exactly the same parameters (spec §2.2):
   trainable part in ``S``.  Llama's RoPE puts no positions in the stream.
 
 The blocks of the last stage, Q/K/V, the up / gate projections, the norms and
-the head stay free.
+the head stay free.  The tensors' names come from the family descriptions
+(``harness.models.FamilySpec``).
 """
 
 from __future__ import annotations
@@ -22,22 +23,10 @@ from dataclasses import dataclass
 import torch
 from torch import nn
 
-from harness.models import PRESETS, default_boundaries
+from harness.models import FAMILY_SPECS, PRESETS, FamilySpec, default_boundaries
 
 from .subspace import SubspaceAdamW, Wire, off_subspace, project_
 
-# family -> (token table, position table or None, block prefix, [(suffix, d-axis, is_down_proj)])
-LAYOUTS = {
-    "llama": ("model.embed_tokens.weight", None, "model.layers.{i}.",
-              [("self_attn.o_proj.weight", 0, False), ("mlp.down_proj.weight", 0, True)]),
-    "gpt2": ("transformer.wte.weight", "transformer.wpe.weight", "transformer.h.{i}.",
-             [("attn.c_proj.weight", 1, False), ("attn.c_proj.bias", 0, False),
-              ("mlp.c_proj.weight", 1, True), ("mlp.c_proj.bias", 0, True)]),
-    "opt": ("model.decoder.embed_tokens.weight", "model.decoder.embed_positions.weight",
-            "model.decoder.layers.{i}.",
-            [("self_attn.out_proj.weight", 0, False), ("self_attn.out_proj.bias", 0, False),
-             ("fc2.weight", 0, True), ("fc2.bias", 0, True)]),
-}
 WP2_OPTIMIZERS = ("rowconst_adamw", "adamw")
 
 
@@ -46,7 +35,7 @@ def residual_problem(model: str) -> str | None:
     if model not in PRESETS:
         return (f"model {model!r} has no residual transformer blocks; protocol needs a pre-norm "
                 f"residual transformer preset ({', '.join(PRESETS)})")
-    if PRESETS[model].family not in LAYOUTS:
+    if PRESETS[model].family not in FAMILY_SPECS:
         return f"model family {PRESETS[model].family!r} is not supported"
     return None
 
@@ -58,6 +47,27 @@ def first_free_block(num_blocks: int, num_stages: int) -> int:
     return default_boundaries(num_blocks, num_stages, "block")[-1]
 
 
+def tables(spec: FamilySpec) -> tuple[str, str | None]:
+    """Global names of the token table and of the learned position table (None with RoPE)."""
+    pos = spec.position_embedding
+    return f"{spec.token_embedding}.weight", None if pos is None else f"{pos}.weight"
+
+
+def constrained_names(spec: FamilySpec, constrained_blocks: int) -> dict[str, tuple[int, bool]]:
+    """Global name -> (d-axis, is MLP down projection) of every tensor kept in ``S``: the
+    tables (width on axis 1) and, in blocks ``0 .. constrained_blocks - 1``, the two
+    projections that write into the residual stream, weight and bias where there is one."""
+    token, pos = tables(spec)
+    wanted = {token: (1, False)}
+    if pos is not None:
+        wanted[pos] = (1, False)
+    for i in range(constrained_blocks):
+        for path, down in ((spec.attn_out, False), (spec.ffn_out, True)):
+            wanted[f"{spec.block(i)}.{path}.weight"] = (spec.out_axis, down)
+            wanted[f"{spec.block(i)}.{path}.bias"] = (0, down)
+    return wanted
+
+
 @dataclass
 class Constraint:
     name: str
@@ -66,14 +76,14 @@ class Constraint:
     down: bool  # MLP down projection (row-constant AdamW)
 
 
-def _family(module: nn.Module) -> str:
+def _family(module: nn.Module) -> FamilySpec:
     fam = getattr(getattr(module, "config", None), "model_type", None)
-    if fam not in LAYOUTS:
+    if fam not in FAMILY_SPECS:
         raise ValueError(f"{type(module).__name__} is not a residual transformer of a supported family "
-                         f"({', '.join(LAYOUTS)}); protocol needs residual blocks")
+                         f"({', '.join(FAMILY_SPECS)}); protocol needs residual blocks")
     if fam == "opt" and not module.config.do_layer_norm_before:
         raise ValueError("post-LN OPT writes a norm into the residual stream; protocol needs pre-norm blocks")
-    return fam
+    return FAMILY_SPECS[fam]
 
 
 def _global_params(module: nn.Module) -> list[tuple[str, nn.Parameter]]:
@@ -91,15 +101,10 @@ class ConstrainedModel:
     and the projections that keep them in ``S`` (``wire.U``, which Grassmann updates change)."""
 
     def __init__(self, module: nn.Module, wire: Wire, constrained_blocks: int):
-        fam = _family(module)
+        spec = _family(module)
         self.module, self.wire = module, wire
-        token, pos, prefix, per_block = LAYOUTS[fam]
-        wanted = {token: (1, False)}
-        if pos is not None:
-            wanted[pos] = (1, False)
-        for i in range(constrained_blocks):
-            for suffix, axis, down in per_block:
-                wanted[prefix.format(i=i) + suffix] = (axis, down)
+        token, pos = tables(spec)
+        wanted = constrained_names(spec, constrained_blocks)
         params = dict(_global_params(module))
         self.constraints = [Constraint(n, params[n], *wanted[n]) for n in params if n in wanted]
         self._hooks = []
@@ -108,7 +113,7 @@ class ConstrainedModel:
             self._hooks.append(emb.register_forward_hook(lambda m, args, out: out + self.wire.t_fixed[args[0]]))
         if pos is not None and pos in params:
             if wire.pe_fixed is None:
-                raise ValueError(f"{fam} has learned positions: the wire needs a fixed position table")
+                raise ValueError(f"{spec.name} has learned positions: the wire needs a fixed position table")
             emb = _owner(module, params[pos])
             self._hooks.append(emb.register_forward_hook(
                 lambda m, args, out: out + self.wire.pe_fixed[: out.shape[-2]]))

@@ -34,7 +34,7 @@ from algorithms.pipeline.links import Channel
 from algorithms.pipeline.local import train_local
 from harness.config import RunConfig
 from harness.data import get_dataset
-from harness.models import PRESETS, build_model, build_stage, max_stages
+from harness.models import PRESETS, build_model, build_stage, family_spec, max_stages
 from harness.registry import register
 
 from .model import WP2_OPTIMIZERS, ConstrainedModel, first_free_block, residual_problem
@@ -108,7 +108,7 @@ def make_wire(cfg: RunConfig, dtype: torch.dtype, device) -> Wire:
     U = make_basis(pr.d_model, p.k, seed=cfg.seed * 1_000_003 + p.basis_seed, dtype=dtype).to(device)
     t_fixed = fixed_table(pr.vocab_size, pr.d_model, cfg.seed, "tokens", p.fixed_std, dtype).to(device)
     pe = None
-    if pr.family != "llama":  # learned absolute positions: a fixed high-rank part too
+    if family_spec(pr.family).position_embedding is not None:  # learned positions: a fixed high-rank part too
         pe = fixed_table(pr.max_positions, pr.d_model, cfg.seed, "positions", p.fixed_std, dtype).to(device)
     return Wire(U, t_fixed, pe)
 
@@ -284,7 +284,7 @@ def protocol_central(ctx):
     gram = GramAccumulator(pr.d_model, ctx.dtype, ctx.device) if grassmann else None
     boundary: list[torch.Tensor] = []
     if grassmann:  # the full-width gradient at the input of the first free block
-        layer = dict(net.named_modules())[LAYER_PATH[pr.family].format(i=free)]
+        layer = net.get_submodule(family_spec(pr.family).block(free))
 
         def keep(module, args):
             args[0].retain_grad()
@@ -316,9 +316,6 @@ def protocol_central(ctx):
     if model is not None:
         _report(ctx, wire, model, U0, updates)
     return ctx.finish(enumerate(net.parameters()))
-
-
-LAYER_PATH = {"llama": "model.layers.{i}", "gpt2": "transformer.h.{i}", "opt": "model.decoder.layers.{i}"}
 
 
 # --------------------------------------------------------------------------- closed forms

@@ -1,0 +1,116 @@
+"""Model presets: the shape of each named model and its ``transformers`` config.
+
+Every model is a Hugging Face ``transformers`` causal LM built from a config
+(nothing is ever downloaded).  Three families are supported: OPT (ReLU FFN,
+learned positions), GPT-2 (GELU FFN, learned positions) and Llama (SwiGLU FFN,
+RoPE, RMSNorm); where each keeps its parts is described in :mod:`.families`.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from .families import FAMILIES
+
+__all__ = ["PRESETS", "ModelPreset"]
+
+@dataclass(frozen=True)
+class ModelPreset:
+    """Shape of a model.  Validated on construction (bad values raise ValueError)."""
+
+    family: str
+    num_blocks: int
+    d_model: int
+    ffn_dim: int
+    heads: int
+    vocab_size: int
+    max_positions: int
+    activation: str
+    synthetic_weights: bool = True
+    description: str = ""
+
+    def __post_init__(self) -> None:
+        from transformers.activations import ACT2FN
+
+        if self.family not in FAMILIES:
+            raise ValueError(f"unknown model family {self.family!r}; choose from {', '.join(FAMILIES)}")
+        for name in ("num_blocks", "d_model", "ffn_dim", "heads", "vocab_size", "max_positions"):
+            value = getattr(self, name)
+            if not isinstance(value, int) or isinstance(value, bool) or value < 1:
+                raise ValueError(f"preset {name} must be a positive int, got {value!r}")
+        if self.d_model % self.heads:
+            raise ValueError(f"d_model {self.d_model} is not divisible by heads {self.heads}")
+        if self.family == "llama" and (self.d_model // self.heads) % 2:
+            raise ValueError("llama (RoPE) needs an even head dimension")
+        if self.activation not in ACT2FN:
+            raise ValueError(f"unknown activation {self.activation!r}")
+
+    @property
+    def head_dim(self) -> int:
+        return self.d_model // self.heads
+
+    def hf_config(self) -> Any:
+        """The ``transformers`` config for this preset (dropout 0, untied head, no cache)."""
+        # tie_word_embeddings=False everywhere: the LM head is its own parameter, so the
+        # first and the last pipeline stage never share a parameter (a tied copy split
+        # across two ranks would desynchronise under any update rule).
+        common = dict(tie_word_embeddings=False, use_cache=False, pad_token_id=None,
+                      bos_token_id=None, eos_token_id=None)
+        if self.family == "opt":
+            from transformers import OPTConfig
+
+            return OPTConfig(
+                vocab_size=self.vocab_size, hidden_size=self.d_model, num_hidden_layers=self.num_blocks,
+                ffn_dim=self.ffn_dim, num_attention_heads=self.heads,
+                max_position_embeddings=self.max_positions, word_embed_proj_dim=self.d_model,
+                do_layer_norm_before=True, activation_function=self.activation, enable_bias=True,
+                dropout=0.0, attention_dropout=0.0, layerdrop=0.0, **common)
+        if self.family == "gpt2":
+            from transformers import GPT2Config
+
+            return GPT2Config(
+                vocab_size=self.vocab_size, n_embd=self.d_model, n_layer=self.num_blocks,
+                n_head=self.heads, n_inner=self.ffn_dim, n_positions=self.max_positions,
+                activation_function=self.activation, resid_pdrop=0.0, embd_pdrop=0.0,
+                attn_pdrop=0.0, scale_attn_by_inverse_layer_idx=False,
+                reorder_and_upcast_attn=False, **common)
+        from transformers import LlamaConfig
+
+        return LlamaConfig(
+            vocab_size=self.vocab_size, hidden_size=self.d_model, intermediate_size=self.ffn_dim,
+            num_hidden_layers=self.num_blocks, num_attention_heads=self.heads,
+            num_key_value_heads=self.heads, max_position_embeddings=self.max_positions,
+            hidden_act=self.activation, rms_norm_eps=1e-6, attention_bias=False, mlp_bias=False,
+            attention_dropout=0.0, **common)
+
+
+PRESETS: dict[str, ModelPreset] = {
+    # Tiny models for checks: a train step takes milliseconds.  Byte-level vocab.
+    "tiny-opt": ModelPreset("opt", 4, 32, 128, 4, 256, 512, "relu",
+                            description="tiny OPT (ReLU, learned positions) for checks"),
+    "tiny-gpt2": ModelPreset("gpt2", 4, 32, 128, 4, 256, 512, "gelu_new",
+                             description="tiny GPT-2 (GELU tanh approximation) for checks"),
+    "tiny-llama": ModelPreset("llama", 4, 32, 96, 4, 256, 512, "silu",
+                              description="tiny Llama (SwiGLU, RoPE, RMSNorm) for checks"),
+    # Small models: a few million parameters, for laptop-scale benchmarks.
+    "small-opt": ModelPreset("opt", 6, 256, 1024, 8, 256, 1024, "relu",
+                             description="small OPT, 6 blocks x 256, byte-level vocab"),
+    "small-gpt2": ModelPreset("gpt2", 6, 256, 1024, 8, 256, 1024, "gelu_new",
+                              description="small GPT-2, 6 blocks x 256, byte-level vocab"),
+    "small-llama": ModelPreset("llama", 6, 256, 688, 8, 256, 1024, "silu",
+                               description="small Llama, 6 blocks x 256, byte-level vocab"),
+    # Paper-shaped models (synthetic weights unless a local directory is given).
+    "opt-125m": ModelPreset("opt", 12, 768, 3072, 12, 50272, 2048, "relu",
+                            description="OPT-125M shape (untied LM head)"),
+    "gpt2-124m": ModelPreset("gpt2", 12, 768, 3072, 12, 50257, 1024, "gelu_new",
+                             description="GPT-2 small shape (untied LM head)"),
+}
+
+
+def _preset(name: str) -> ModelPreset:
+    try:
+        return PRESETS[name]
+    except (KeyError, TypeError):
+        raise ValueError(f"unknown model {name!r}; choose from {', '.join(PRESETS)}") from None
+

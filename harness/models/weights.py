@@ -1,0 +1,167 @@
+"""Deterministic weights: initialisation, model construction, local pretrained loading.
+
+Initialisation is a pure function of ``(seed, global parameter index)``: the
+index is the parameter's position in the *unsplit* model's
+``named_parameters()``.  Any rank can therefore build any pipeline stage on its
+own (:func:`~.stages.build_stage`) and get exactly the values that the same
+stage of the full model has.  Values are drawn in float32 from a per-parameter
+``torch.Generator`` and then cast, so a float64 model is the exact upcast of
+the float32 one.  Scheme:
+
+* matrices and embeddings: N(0, 0.02²); the output projection of each residual
+  branch (attention out-projection and FFN down-projection,
+  :attr:`.families.FamilySpec.residual_out`) uses 0.02 / sqrt(2 · num_blocks),
+  the GPT-2 scaled initialisation;
+* norm weights: ones; biases: zeros.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import math
+import os
+from collections.abc import Sequence
+from typing import Any
+
+import torch
+from torch import Tensor, nn
+
+from .families import FAMILY_SPECS
+from .presets import ModelPreset, _preset
+
+__all__ = ["build_model", "init_value"]
+
+ATTN_IMPLEMENTATION = "eager"
+INIT_STD = 0.02
+
+# The residual-branch output projections of every family, by parameter-name suffix.
+_RESIDUAL_OUT_SUFFIXES = tuple(
+    f".{path}.weight" for spec in FAMILY_SPECS.values() for path in spec.residual_out)
+
+
+def _init_seed(seed: int, index: int) -> int:
+    """64-bit generator seed for parameter ``index`` (domain-separated from other uses)."""
+    digest = hashlib.sha256(f"commbench.models.init/{int(seed)}/{int(index)}".encode()).digest()
+    return int.from_bytes(digest[:8], "little")
+
+
+def init_value(seed: int, index: int, name: str, shape: Sequence[int], num_blocks: int) -> Tensor:
+    """The float32 initial value of global parameter ``index`` (a pure function)."""
+    shape = tuple(int(s) for s in shape)
+    if len(shape) >= 2:
+        std = INIT_STD
+        if name.endswith(_RESIDUAL_OUT_SUFFIXES):
+            std = INIT_STD / math.sqrt(2 * num_blocks)
+        g = torch.Generator(device="cpu").manual_seed(_init_seed(seed, index))
+        return torch.randn(shape, generator=g, dtype=torch.float32).mul_(std)
+    if name.endswith("bias"):
+        return torch.zeros(shape, dtype=torch.float32)
+    return torch.ones(shape, dtype=torch.float32)  # norm weights
+
+
+def _meta_model(config: Any) -> Any:
+    from transformers import AutoModelForCausalLM
+
+    with torch.device("meta"):
+        return AutoModelForCausalLM.from_config(config, attn_implementation=ATTN_IMPLEMENTATION)
+
+
+def _materialise(root: nn.Module, entries: Sequence[tuple[int, str, str]], seed: int,
+                 num_blocks: int, dtype: torch.dtype, device: torch.device | str) -> None:
+    """Allocate ``root``'s (meta) tensors on ``device`` and fill every parameter.
+
+    ``entries`` are ``(global_index, global_name, local_name)`` for the
+    parameters of ``root``; the only buffers our families have are Llama's
+    rotary frequencies, which are rebuilt from the config.
+    """
+    rotary = [n for n, m in root.named_modules() if type(m).__name__.endswith("RotaryEmbedding")]
+    unknown = [n for n, _ in root.named_buffers()
+               if not any(n.startswith(r + ".") for r in rotary)]
+    if unknown:  # to_empty would leave them uninitialised
+        raise NotImplementedError(f"cannot materialise buffers {unknown}")
+    root.to_empty(device=device)
+    with torch.no_grad():
+        for index, name, local in entries:
+            p = root.get_parameter(local)
+            p.copy_(init_value(seed, index, name, p.shape, num_blocks))
+        for mod_name in rotary:
+            mod = root.get_submodule(mod_name)
+            _set_submodule(root, mod_name, type(mod)(config=mod.config).to(device))
+    root.to(dtype=dtype)
+
+
+def _set_submodule(root: nn.Module, name: str, new: nn.Module) -> None:
+    parent_name, _, attr = name.rpartition(".")
+    parent = root.get_submodule(parent_name) if parent_name else root
+    if isinstance(parent, nn.ModuleDict):
+        parent[attr] = new
+    else:
+        setattr(parent, attr, new)
+
+
+def _load_pretrained(preset: ModelPreset, weights: str, dtype: torch.dtype) -> Any:
+    from transformers import AutoConfig, AutoModelForCausalLM
+
+    path = os.fspath(weights)
+    if not os.path.isdir(path):
+        raise FileNotFoundError(f"weights directory {path!r} does not exist (weights are only loaded "
+                                "from a local directory; nothing is downloaded)")
+    if not os.path.isfile(os.path.join(path, "config.json")):
+        raise FileNotFoundError(f"weights directory {path!r} has no config.json")
+    try:
+        config = AutoConfig.from_pretrained(path, local_files_only=True)
+    except (OSError, ValueError) as exc:
+        raise FileNotFoundError(f"cannot read model config in {path!r}: {exc}") from None
+    family = getattr(config, "model_type", None)
+    if family != preset.family:
+        raise ValueError(f"weights in {path!r} are a {family!r} model, the preset is {preset.family!r}")
+    if config.num_hidden_layers != preset.num_blocks or config.hidden_size != preset.d_model:
+        raise ValueError(f"weights in {path!r} have {config.num_hidden_layers} blocks x "
+                         f"{config.hidden_size}, the preset has {preset.num_blocks} x {preset.d_model}")
+    for key in ("dropout", "attention_dropout", "layerdrop", "resid_pdrop", "embd_pdrop",
+                "attn_pdrop", "activation_dropout"):
+        if hasattr(config, key):
+            setattr(config, key, 0.0)
+    config.use_cache = False
+    from transformers.utils import logging as hf_logging
+
+    bars = hf_logging.is_progress_bar_enabled()
+    hf_logging.disable_progress_bar()
+    try:
+        model = AutoModelForCausalLM.from_pretrained(
+            path, config=config, local_files_only=True, dtype=torch.float32,
+            attn_implementation=ATTN_IMPLEMENTATION)
+    except OSError as exc:
+        raise FileNotFoundError(f"cannot load weights from {path!r}: {exc}") from None
+    finally:
+        if bars:
+            hf_logging.enable_progress_bar()
+    # Untie a tied LM head (pretrained OPT/GPT-2 tie it): the first and last pipeline
+    # stages must not share a parameter.  The copy starts equal to the embedding.
+    head, emb = model.get_output_embeddings(), model.get_input_embeddings()
+    if head is not None and head.weight is emb.weight:
+        head.weight = nn.Parameter(emb.weight.detach().clone())
+    model.config.tie_word_embeddings = False
+    if hasattr(model, "_tied_weights_keys"):
+        model._tied_weights_keys = {}
+    return model.to(dtype=dtype)
+
+
+def build_model(name: str, *, seed: int, dtype: torch.dtype = torch.float32,
+                weights: str | None = None, device: torch.device | str = "cpu") -> Any:
+    """Build preset ``name`` with deterministic weights (or local pretrained ones).
+
+    Parameter ``i`` of ``named_parameters()`` is ``init_value(seed, i, ...)``
+    cast to ``dtype``.  ``weights`` is an optional local directory holding a
+    ``save_pretrained`` checkpoint; it is loaded with ``local_files_only`` and
+    its LM head is untied (``seed`` is then unused).  Unknown names raise
+    ValueError; a missing directory raises FileNotFoundError.
+    """
+    preset = _preset(name)
+    if weights is not None:
+        return _load_pretrained(preset, weights, dtype).to(device)
+    model = _meta_model(preset.hf_config())
+    entries = [(i, n, n) for i, (n, _) in enumerate(model.named_parameters())]
+    _materialise(model, entries, seed, preset.num_blocks, dtype, device)
+    return model
+
