@@ -4,8 +4,10 @@ Every ``import`` and ``from ... import`` counts, also those inside functions
 (a lazy import is still a dependency).  Importing ``a.b.c`` from outside
 package ``a.b`` also runs ``a/__init__`` and ``a/b/__init__``, so those
 package modules are edges too; a module's own enclosing packages are not
-(they are already being imported when it runs).  Names that do not resolve
-to a module of the tree (third-party packages) are dropped.
+(they are already being imported when it runs).  Imports under ``if
+TYPE_CHECKING:`` are annotations only and never run, so they are left out.
+Names that do not resolve to a module of the tree (third-party packages) are
+dropped.
 """
 
 from __future__ import annotations
@@ -35,10 +37,23 @@ def _ancestors(name: str) -> list[str]:
     return [".".join(parts[:i]) for i in range(1, len(parts))]
 
 
+def _runtime_nodes(tree: ast.AST) -> Iterable[ast.AST]:
+    """Every node but those under ``if TYPE_CHECKING:``."""
+    todo = [tree]
+    while todo:
+        node = todo.pop()
+        yield node
+        for child in ast.iter_child_nodes(node):
+            if isinstance(child, ast.If) and "TYPE_CHECKING" in ast.unparse(child.test):
+                todo.extend(child.orelse)
+            else:
+                todo.append(child)
+
+
 def imported_names(name: str, is_pkg: bool, tree: ast.AST) -> Iterable[tuple[str, int]]:
     """Absolute dotted names this module imports (a name may be a module or an attribute), with line."""
     package = name if is_pkg else name.rpartition(".")[0]
-    for node in ast.walk(tree):
+    for node in _runtime_nodes(tree):
         if isinstance(node, ast.Import):
             for alias in node.names:
                 yield alias.name, node.lineno

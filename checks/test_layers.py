@@ -92,6 +92,10 @@ def test_a_planted_cycle_is_caught(tmp_path):
     assert cycles(graph(tmp_path, PACKAGES)) == []
     _write(tmp_path, {"algorithms/fam/algo.py": "def f():\n    from .other import g\n"})  # lazy, still a cycle
     assert cycles(graph(tmp_path, PACKAGES)) == [["algorithms.fam.algo", "algorithms.fam.other"]]
+    # ... unless the import is for annotations only
+    _write(tmp_path, {"algorithms/fam/algo.py": "from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n"
+                                                "    from .other import g\n"})
+    assert cycles(graph(tmp_path, PACKAGES)) == []
     # importing a package from outside runs its __init__: harness.launcher -> algorithms.fam (init)
     # -> algorithms.fam.algo -> harness.launcher is a cycle through the package
     _write(tmp_path, {"algorithms/fam/algo.py": "import harness.launcher\n", "algorithms/fam/other.py": "",
