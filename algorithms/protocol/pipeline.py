@@ -6,8 +6,8 @@ all micro-batches forward, then all backward in the same order, one stage per
 rank, tags ``"act"`` / ``"grad"``.  What crosses a boundary (spec §2.4, §2.5):
 
 * forward, two messages per micro-batch: ``C = (X - PE - T_fixed[ids]) U``
-  ([b, n, k] in the wire dtype) and the token ids ([b, n], 1 byte each for a
-  vocabulary up to 256, 2 up to 65 536, else 4).  The receiver rebuilds
+  ([b, n, k] in the wire dtype) and the token ids ([b, n], the ``ids`` codec:
+  1 byte each for a vocabulary up to 256, 2 up to 65 536, else 4).  The receiver rebuilds
   ``X = C Uᵀ + PE + T_fixed[ids]`` exactly;
 * backward, one message: ``∂L/∂C = G U`` ([b, n, k]); autograd of the
   sender's encode turns it into ``G U Uᵀ``.
@@ -28,6 +28,7 @@ from dataclasses import dataclass
 import torch
 
 from algorithms.codecs import make_codec
+from algorithms.codecs.ids import id_nbytes
 from algorithms.pipeline.links import Channel
 from harness.config import RunConfig
 from harness.data import get_dataset
@@ -116,18 +117,9 @@ def wire_codec(p, dtype: torch.dtype):
     return make_codec(p.wire)
 
 
-def id_dtype(vocab: int) -> torch.dtype:
-    """Narrowest wire type for token ids (ids up to 65 535 go as int16 shifted by 32 768)."""
-    return torch.uint8 if vocab <= 256 else torch.int16 if vocab <= 65536 else torch.int32
-
-
-def ids_to_wire(ids: torch.Tensor, vocab: int) -> torch.Tensor:
-    dt = id_dtype(vocab)
-    return (ids - 32768).to(dt) if dt == torch.int16 else ids.to(dt)
-
-
-def ids_from_wire(t: torch.Tensor) -> torch.Tensor:
-    return t.long() + 32768 if t.dtype == torch.int16 else t.long()
+def ids_codec(vocab: int):
+    """Token ids cross as the ``ids`` codec: the narrowest unsigned width for the vocabulary."""
+    return make_codec(f"ids:vocab={vocab}")
 
 
 def batch(cfg: RunConfig, step: int, device):
@@ -157,7 +149,7 @@ def protocol_step(comm, stage, wire: Wire, input_ids, labels, micro_batches: int
     """Forward and backward of one batch on this rank's stage; the loss on the last rank."""
     rank, last = comm.rank, comm.world_size - 1
     device = input_ids.device
-    act, grad, idc = Channel(codec), Channel(codec), Channel(make_codec("identity"))
+    act, grad, idc = Channel(codec), Channel(codec), Channel(ids_codec(vocab))
     ids, labs = input_ids.chunk(micro_batches), labels.chunk(micro_batches)
     saved, loss_total = [], 0.0
     for mb in range(micro_batches):
@@ -167,7 +159,7 @@ def protocol_step(comm, stage, wire: Wire, input_ids, labels, micro_batches: int
             x = stage(tok)[0]
         else:
             c_in = act.recv(comm, rank - 1, "act", (mb, 0), device).requires_grad_()
-            tok = ids_from_wire(idc.recv(comm, rank - 1, "act", (mb, 1), device))
+            tok = idc.recv(comm, rank - 1, "act", (mb, 1), device)
             x_in = wire.decode(c_in, tok)
             if gram is not None and rank == last:
                 x_in.retain_grad()
@@ -179,7 +171,7 @@ def protocol_step(comm, stage, wire: Wire, input_ids, labels, micro_batches: int
         else:
             c_out = wire.encode(x, tok)
             act.send(comm, c_out, rank + 1, "act", (mb, 0))
-            idc.send(comm, ids_to_wire(tok, vocab), rank + 1, "act", (mb, 1))
+            idc.send(comm, tok, rank + 1, "act", (mb, 1))
             saved.append((c_in, x_in, c_out))
     for mb, (c_in, x_in, out) in enumerate(saved):
         if rank == last:
@@ -326,7 +318,7 @@ def expected_bytes(cfg: RunConfig) -> dict[str, float]:
     b, n = cfg.batch_size // cfg.micro_batches, cfg.seq_len
     codec = wire_codec(p, dt)
     c = codec.encoded_nbytes(torch.empty(b, n, p.k, dtype=dt))
-    ids = make_codec("identity").encoded_nbytes(torch.empty(b, n, dtype=id_dtype(pr.vocab_size)))
+    ids = ids_codec(pr.vocab_size).encoded_nbytes(torch.zeros(b, n, dtype=torch.int64))
     links = cfg.world_size - 1
     return {"act": links * cfg.micro_batches * (c + ids), "grad": links * cfg.micro_batches * c}
 
@@ -337,5 +329,5 @@ def bytes_per_token(cfg: RunConfig) -> dict[str, int]:
     pr, p, dt = PRESETS[cfg.model], cfg.params, cfg.torch_dtype
     s = wire_codec(p, dt).encoded_nbytes(torch.empty(1, dtype=dt)) - wire_codec(p, dt).encoded_nbytes(
         torch.empty(0, dtype=dt))
-    s_id = torch.empty((), dtype=id_dtype(pr.vocab_size)).element_size()
+    s_id = id_nbytes(pr.vocab_size)
     return {"fwd": p.k * s + s_id, "bwd": p.k * s, "uncompressed": pr.d_model * s}
