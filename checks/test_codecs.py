@@ -108,6 +108,7 @@ def test_codec_names_and_spec_round_trip():
         "topk",
         "randk",
         "sparse",
+        "sparse-qstoch",
     }
     for spec in EXAMPLE_SPECS:
         c = make_codec(spec)

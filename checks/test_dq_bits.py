@@ -33,7 +33,9 @@ def test_message_bits_and_bytes_closed_forms(seed, d, b):
     sp = wire.sparse_quantized(x, b, 1.0, g)
     w = max(1, math.ceil(math.log2(d)))
     assert sp.paper_bits == 32 + sp.nnz * (w + b)
-    assert sp.nbytes == 9 + math.ceil(sp.nnz * w / 8) + math.ceil(sp.nnz * b / 8)
+    # shared codec header (1-D: 19 + 4 bytes, CRC included), then the (index, code) pairs
+    assert sp.nbytes == wire.sparse_nbytes(d, sp.nnz, b) == 23 + math.ceil(sp.nnz * w / 8) + math.ceil(sp.nnz * b / 8)
+    assert wire.sparse_nnz(sp.data) == sp.nnz
     assert 1 <= sp.nnz <= d
     full = wire.full(x)
     assert full.paper_bits == 32 * d and full.nbytes == make_codec("fp64").encoded_nbytes(x)

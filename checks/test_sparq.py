@@ -58,7 +58,8 @@ def test_dense_bytes_per_step_equal_the_closed_form(difference, M):
     evals = P + 1 if difference == "forward" else 2 * P  # SparQ App. C.3 message counts
     act = wire.act_nbytes((B, T, 128), 0, None, 8, "dense")  # tiny-opt ffn 128, float64
     res = wire.dense_nbytes((B, T, 32), 8)
-    labels = wire.dense_nbytes((B, T), 1)  # vocab 256 -> uint8
+    labels = wire.labels_nbytes((B, T), 256)  # ids codec, vocab 256 -> 1 byte per token
+    assert labels == 22 + B * T  # h0 = 14 + 4 * 2
     expected = (M - 1) * evals * (act + res) + labels + 4 * P * (M - 1)
     assert rec.metrics["payload_bytes_per_step"].value == expected
     assert rec.metrics["messages_per_step"].value == (M - 1) * evals * 2 + 1 + (M - 1)

@@ -46,6 +46,8 @@ FAMILY_QCHANNEL = 3
 FAMILY_SPARSE = 4
 FAMILY_TOPK = 5
 FAMILY_RANDK = 6
+FAMILY_IDS = 7
+FAMILY_SPARSE_QSTOCH = 8
 
 # size P of the parameter block per family
 PARAM_SIZES: dict[int, int] = {
@@ -55,6 +57,8 @@ PARAM_SIZES: dict[int, int] = {
     FAMILY_SPARSE: 7,  # value bits u8 (0 = raw dtype), flags u8, format u8, k u32
     FAMILY_TOPK: 7,  # same layout as sparse
     FAMILY_RANDK: 7,  # same layout as sparse
+    FAMILY_IDS: 4,  # vocab - 1 u32
+    FAMILY_SPARSE_QSTOCH: 9,  # bits u8, delta f32, nnz u32
 }
 FAMILY_NAMES: dict[int, str] = {
     FAMILY_DENSE: "dense",
@@ -63,6 +67,8 @@ FAMILY_NAMES: dict[int, str] = {
     FAMILY_SPARSE: "sparse",
     FAMILY_TOPK: "topk",
     FAMILY_RANDK: "randk",
+    FAMILY_IDS: "ids",
+    FAMILY_SPARSE_QSTOCH: "sparse-qstoch",
 }
 
 DTYPE_CODES: dict[torch.dtype, int] = {

@@ -8,11 +8,13 @@ import torch
 
 from ._core import (
     FAMILY_DENSE,
+    FAMILY_IDS,
     FAMILY_NAMES,
     FAMILY_QCHANNEL,
     FAMILY_QSTOCH,
     FAMILY_RANDK,
     FAMILY_SPARSE,
+    FAMILY_SPARSE_QSTOCH,
     FAMILY_TOPK,
     PARAM_SIZES,
     Codec,
@@ -23,8 +25,10 @@ from ._core import (
     peek_family,
 )
 from .dense import DenseCodec
+from .ids import IdsCodec
 from .quant import QChannelCodec, QStochCodec
 from .sparse import RandKCodec, SparseCodec, TopKCodec
+from .sparse_qstoch import SparseQStochCodec
 
 
 def _dense(name: str) -> Callable[[dict[str, str]], Codec]:
@@ -42,11 +46,16 @@ _FACTORIES: dict[str, tuple[Callable[[dict[str, str]], Codec], tuple[str, ...]]]
     "topk": (TopKCodec.from_options, ("k", "ratio", "format", "index")),
     "randk": (RandKCodec.from_options, ("k", "ratio", "scaled", "format", "index")),
     "sparse": (SparseCodec.from_options, ("bits", "signed", "format", "index")),
+    "sparse-qstoch": (SparseQStochCodec.from_options, ("bits",)),
+    "ids": (IdsCodec.from_options, ("vocab",)),
 }
 
-#: Built-in codec names accepted by :func:`make_codec` (options after ``name:``);
-#: :func:`register_codec` adds more.
-CODECS: tuple[str, ...] = tuple(_FACTORIES)
+#: Codecs of integer token ids, not of float tensors (so not in ``CODECS``).
+ID_CODECS: tuple[str, ...] = ("ids",)
+
+#: Built-in codec names for float tensors accepted by :func:`make_codec` (options
+#: after ``name:``); :func:`register_codec` adds more.
+CODECS: tuple[str, ...] = tuple(n for n in _FACTORIES if n not in ID_CODECS)
 
 #: Example spec strings, one per codec.
 EXAMPLE_SPECS: tuple[str, ...] = (
@@ -73,6 +82,8 @@ _FAMILY_CLASSES: dict[int, type[Codec]] = {
     FAMILY_SPARSE: SparseCodec,
     FAMILY_TOPK: TopKCodec,
     FAMILY_RANDK: RandKCodec,
+    FAMILY_IDS: IdsCodec,
+    FAMILY_SPARSE_QSTOCH: SparseQStochCodec,
 }
 
 
@@ -80,7 +91,7 @@ def make_codec(spec: str | Codec) -> Codec:
     """Build a codec from ``"name"`` or ``"name:key=value,key=value"``.
 
     Names: identity, fp32, fp16, bf16, fp64, qstoch, qchannel, topk, randk,
-    sparse.  Unknown names, unknown options and bad values raise
+    sparse, sparse-qstoch, ids.  Unknown names, unknown options and bad values raise
     :class:`CodecError` naming the valid choices.
     """
     if isinstance(spec, Codec):

@@ -3,20 +3,22 @@
 Every message is a 1-D uint8 payload; :class:`Msg` keeps the payload together
 with the number of bits the paper charges for it (spec seed-double-quant §1.3, §2.5):
 
-=============  =======================================  ==========================================
-kind           bytes actually sent                      paper bits
-=============  =======================================  ==========================================
-flag           1 byte (``x_D = x̃``: the worker has it)  1
-dense b-bit    ``qstoch:bits=b`` codec payload          ``32 + b·d``
+=============  =========================================  ==========================================
+kind           bytes actually sent                        paper bits
+=============  =========================================  ==========================================
+flag           1 byte (``x_D = x̃``: the worker has it)    1
+dense b-bit    ``qstoch:bits=b`` codec payload            ``32 + b·d``
                (``15 + 4 + ⌈b·d/8⌉`` for a 1-D vector)
-sparse b-bit   ``9 + ⌈nnz·w/8⌉ + ⌈nnz·b/8⌉``             ``32 + nnz·(w + b)``, ``w = ⌈log₂ d⌉``
-full           ``fp32`` / ``fp64`` codec payload         ``32·d``
-=============  =======================================  ==========================================
+sparse b-bit   ``sparse-qstoch:bits=b`` codec payload     ``32 + nnz·(w + b)``, ``w = ⌈log₂ d⌉``
+               (``23 + ⌈nnz·w/8⌉ + ⌈nnz·b/8⌉``, 1-D)
+full           ``fp32`` / ``fp64`` codec payload           ``32·d``
+=============  =========================================  ==========================================
 
-The sparse layout is ours: float32 δ, uint32 nnz, uint8 b, then the nnz indices
-(``w`` bits each) and the nnz offset-binary codes (``b`` bits each), MSB-first.
-The nnz field is needed because byte padding would make the count ambiguous;
-the paper's count leaves it out, and we report both.
+The sparse message is the codec ``sparse-qstoch`` (``algorithms/codecs/sparse_qstoch.py``):
+the shared CRC-protected header carries δ (float32), nnz and b, then the nnz
+indices (``w`` bits each) and the nnz offset-binary codes (``b`` bits each),
+MSB-first.  The nnz field is needed because byte padding would make the count
+ambiguous; the paper's count leaves it and the header out, and we report both.
 
 The unbiased quantiser is the codec ``qstoch`` (``algorithms/codecs/quant.py``);
 its exact law (:func:`qstoch_law`) gives the exact ``E‖Q(x) − x‖²`` used to
@@ -26,17 +28,18 @@ check the precision constraint (2) without sampling.
 from __future__ import annotations
 
 import math
-import struct
 from dataclasses import dataclass
 
 import torch
 
-from algorithms.codecs import CodecError, Payload, make_codec, pack_bits, qstoch_law, unpack_bits
+from algorithms.codecs import CodecError, Payload, make_codec, qstoch_law
 from algorithms.codecs import decode as codec_decode
+from algorithms.codecs._core import parse_header
+from algorithms.codecs.sparse_qstoch import PARAMS as SPARSE_PARAMS
+from algorithms.codecs.sparse_qstoch import SparseQStochCodec, sparse_qstoch_nbytes
 
 FULL = 32  # "bits" value meaning full precision (no quantisation)
 FLAG_BYTE = torch.tensor([1], dtype=torch.uint8)
-SPARSE_HEADER = struct.Struct("<fIB")  # δ (float32), nnz, b
 
 
 @dataclass(frozen=True)
@@ -70,8 +73,8 @@ def sparse_paper_bits(d: int, nnz: int, b: int) -> int:
 
 
 def sparse_nbytes(d: int, nnz: int, b: int) -> int:
-    w = index_width(d)
-    return SPARSE_HEADER.size + (nnz * w + 7) // 8 + (nnz * b + 7) // 8
+    """``23 + ⌈nnz·w/8⌉ + ⌈nnz·b/8⌉``: the codec header of a 1-D vector (``19 + 4``), then the pairs."""
+    return sparse_qstoch_nbytes(d, nnz, b)
 
 
 # ---- encoders ----------------------------------------------------------------
@@ -129,21 +132,9 @@ def sparsify(alpha: torch.Tensor, phi: float, gen: torch.Generator) -> tuple[tor
 def sparse_quantized(alpha: torch.Tensor, b: int, phi: float, gen: torch.Generator) -> Msg:
     """Sparsify, then b-bit quantise the survivors; send (index, code) pairs."""
     beta, _ = sparsify(alpha, phi, gen)
-    idx = torch.nonzero(beta).reshape(-1)
-    nnz, d = idx.numel(), alpha.numel()
-    vals = beta[idx]
-    delta, codes = 0.0, torch.zeros(0, dtype=torch.int64)
-    if nnz:
-        law = qstoch_law(vals, b)  # same scale as Q on the whole β: ‖β_nz‖∞ = ‖β‖∞
-        up = torch.rand(nnz, generator=gen, dtype=torch.float64) < law.p
-        codes, delta = law.k_lo + up.to(torch.int64) + 2 ** (b - 1), law.delta
-    w = index_width(d)
-    out = torch.empty(sparse_nbytes(d, nnz, b), dtype=torch.uint8)
-    out[:SPARSE_HEADER.size] = torch.frombuffer(bytearray(SPARSE_HEADER.pack(delta, nnz, b)), dtype=torch.uint8)
-    ib = (nnz * w + 7) // 8
-    pack_bits(idx, w, out[SPARSE_HEADER.size:SPARSE_HEADER.size + ib])
-    pack_bits(codes, b, out[SPARSE_HEADER.size + ib:])
-    return Msg(out, sparse_paper_bits(d, nnz, b), "sparse", nnz)
+    nnz = int(torch.count_nonzero(beta))
+    data = SparseQStochCodec(b).encode(beta, generator=gen).data  # same scale as Q on the whole β
+    return Msg(data, sparse_paper_bits(alpha.numel(), nnz, b), "sparse", nnz)
 
 
 # ---- decoders ----------------------------------------------------------------
@@ -156,18 +147,14 @@ def decode_dense(data: torch.Tensor) -> torch.Tensor:
     return codec_decode(Payload(data))
 
 
+def sparse_nnz(data: torch.Tensor) -> int:
+    """The survivor count of a sparse message, from its (CRC-checked) header."""
+    hdr = parse_header(data, expect_family=SparseQStochCodec.family)
+    return SPARSE_PARAMS.unpack(hdr.params)[2]
+
+
 def decode_sparse(data: torch.Tensor, d: int, dtype: torch.dtype) -> torch.Tensor:
-    if data.numel() < SPARSE_HEADER.size:
-        raise CodecError("sparse gradient message shorter than its header")
-    delta, nnz, b = SPARSE_HEADER.unpack(bytes(data[:SPARSE_HEADER.size].tolist()))
-    if not 2 <= b <= 16 or nnz > d or data.numel() != sparse_nbytes(d, nnz, b):
-        raise CodecError(f"corrupted sparse gradient message (b={b}, nnz={nnz}, {data.numel()} bytes, d={d})")
-    w = index_width(d)
-    ib = (nnz * w + 7) // 8
-    idx = unpack_bits(data[SPARSE_HEADER.size:SPARSE_HEADER.size + ib], w, nnz).to(torch.int64)
-    codes = unpack_bits(data[SPARSE_HEADER.size + ib:], b, nnz).to(torch.int64)
-    if nnz and (int(idx.max()) >= d or bool((idx[1:] <= idx[:-1]).any())):
-        raise CodecError("corrupted sparse gradient message: indices out of range or not increasing")
-    out = torch.zeros(d, dtype=dtype)
-    out[idx] = ((codes - 2 ** (b - 1)).to(torch.float64) * delta).to(dtype)
-    return out
+    g = SparseQStochCodec().decode(Payload(data))
+    if tuple(g.shape) != (d,):
+        raise CodecError(f"sparse gradient message of shape {tuple(g.shape)}, expected ({d},)")
+    return g.to(dtype)

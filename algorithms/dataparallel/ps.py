@@ -297,7 +297,7 @@ class Master:
     def _grad_bits(self, data: torch.Tensor) -> int:
         d = self.prob.d
         if self.var.sparse:
-            nnz = int.from_bytes(bytes(data[4:8].tolist()), "little")
+            nnz = wire.sparse_nnz(data)
             self.stats.nnz += nnz
             return wire.sparse_paper_bits(d, nnz, self.st.gbits)
         return wire.dense_paper_bits(d, self.st.gbits)

@@ -2,10 +2,12 @@
 
 GRACE-style split: a *compressor* (a :class:`Codec`), an error-feedback
 *memory* (:class:`SlotMemory` for Clapping, :class:`SampleMemory` for AQ-SGD)
-and the *communication* (the channel's send / recv over the Comm).  Both ends
-of a link build the same channel; the sender compresses once (its generator is
-the only randomness) and both ends apply the same decoded message to their
-copy of the state, so the replicas stay identical (spec §1.3, A5).
+and the *communication* (the channel's send / recv over the Comm; the plain
+:class:`~algorithms.codecs.channel.Channel` is shared with the other
+families).  Both ends of a link build the same channel; the sender compresses
+once (its generator is the only randomness) and both ends apply the same
+decoded message to their copy of the state, so the replicas stay identical
+(spec §1.3, A5).
 
 Channels know the current step through :meth:`Channel.begin_step`: which rows
 of the batch are *fresh* (newly sampled) and which training samples they are.
@@ -20,6 +22,7 @@ import hashlib
 import torch
 
 from algorithms.codecs import Codec, DenseCodec, Payload, make_codec
+from algorithms.codecs.channel import Channel
 from algorithms.codecs.dense import CAST_NAMES
 
 from . import natural  # noqa: F401  (registers "natural" with make_codec)
@@ -47,26 +50,6 @@ class StepRows:
 
     def slice(self, mb: int) -> slice:
         return slice(mb * self.rows, (mb + 1) * self.rows)
-
-
-class Channel:
-    """Direct transmission: the receiver uses ``C(x)``; no state (also the uncompressed case)."""
-
-    memory = None
-
-    def __init__(self, codec: Codec, generator: torch.Generator | None = None):
-        self.codec = codec
-        self.generator = generator
-        self.step: StepRows | None = None
-
-    def begin_step(self, step: StepRows | None) -> None:
-        self.step = step
-
-    def send(self, comm, x: torch.Tensor, dst: int, tag: str, key: tuple[int, int]) -> None:
-        comm.send(self.codec.encode(x.detach().cpu(), generator=self.generator).data, dst, tag=tag)
-
-    def recv(self, comm, src: int, tag: str, key: tuple[int, int], device) -> torch.Tensor:
-        return self.codec.decode(Payload(comm.recv(src, tag=tag))).to(device)
 
 
 class SlotMemory:

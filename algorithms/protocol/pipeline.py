@@ -7,8 +7,8 @@ rank, tags ``"act"`` / ``"grad"``.  :class:`ProtocolBoundary` is the engine's
 boundary map; what crosses a boundary (spec §2.4, §2.5):
 
 * forward, two messages per micro-batch: ``C = (X - PE - T_fixed[ids]) U``
-  ([b, n, k] in the wire dtype) and the token ids ([b, n], 1 byte each for a
-  vocabulary up to 256, 2 up to 65 536, else 4).  The receiver rebuilds
+  ([b, n, k] in the wire dtype) and the token ids ([b, n], the ``ids`` codec:
+  1 byte each for a vocabulary up to 256, 2 up to 65 536, else 4).  The receiver rebuilds
   ``X = C Uᵀ + PE + T_fixed[ids]`` exactly;
 * backward, one message: ``∂L/∂C = G U`` ([b, n, k]); autograd of the
   sender's encode turns it into ``G U Uᵀ``.
@@ -29,11 +29,11 @@ from dataclasses import dataclass
 import torch
 
 from algorithms.codecs import make_codec
+from algorithms.codecs.channel import Channel
+from algorithms.codecs.ids import id_nbytes
 from algorithms.pipeline.engine import Arrival, Boundary, LinkCodecs, StageLinks, run_step
-from algorithms.pipeline.links import Channel
-from algorithms.pipeline.local import train_local
+from algorithms.pipeline.local import batch, train_local
 from harness.config import RunConfig
-from harness.data import get_dataset
 from harness.models import PRESETS, build_model, build_stage, family_spec, max_stages
 from harness.registry import register
 
@@ -119,23 +119,9 @@ def wire_codec(p, dtype: torch.dtype):
     return make_codec(p.wire)
 
 
-def id_dtype(vocab: int) -> torch.dtype:
-    """Narrowest wire type for token ids (ids up to 65 535 go as int16 shifted by 32 768)."""
-    return torch.uint8 if vocab <= 256 else torch.int16 if vocab <= 65536 else torch.int32
-
-
-def ids_to_wire(ids: torch.Tensor, vocab: int) -> torch.Tensor:
-    dt = id_dtype(vocab)
-    return (ids - 32768).to(dt) if dt == torch.int16 else ids.to(dt)
-
-
-def ids_from_wire(t: torch.Tensor) -> torch.Tensor:
-    return t.long() + 32768 if t.dtype == torch.int16 else t.long()
-
-
-def batch(cfg: RunConfig, step: int, device):
-    ids, labels = get_dataset(cfg.data).batch(step, batch_size=cfg.batch_size, seq_len=cfg.seq_len, seed=cfg.seed)
-    return ids.to(device), labels.to(device)
+def ids_codec(vocab: int):
+    """Token ids cross as the ``ids`` codec: the narrowest unsigned width for the vocabulary."""
+    return make_codec(f"ids:vocab={vocab}")
 
 
 # --------------------------------------------------------------------------- one step
@@ -167,18 +153,18 @@ class ProtocolBoundary(Boundary):
 
     def __init__(self, wire: Wire, vocab: int, gram: GramAccumulator | None = None):
         self.wire, self.vocab, self.gram = wire, vocab, gram
-        self.ids = Channel(make_codec("identity"))
+        self.ids = Channel(ids_codec(vocab))
         self.rebuilt: list[torch.Tensor] = []
 
     def send(self, comm, channel, outputs, dst, mb, tokens):
         c = self.wire.encode(outputs[0], tokens)
         channel.send(comm, c, dst, "act", (mb, 0))
-        self.ids.send(comm, ids_to_wire(tokens, self.vocab), dst, "act", (mb, 1))
+        self.ids.send(comm, tokens, dst, "act", (mb, 1))
         return (c,)
 
     def recv(self, comm, channel, src, mb, stage, device) -> Arrival:
         c = channel.recv(comm, src, "act", (mb, 0), device).requires_grad_()
-        tokens = ids_from_wire(self.ids.recv(comm, src, "act", (mb, 1), device))
+        tokens = self.ids.recv(comm, src, "act", (mb, 1), device)
         x = self.wire.decode(c, tokens)
         if self.gram is not None:
             x.retain_grad()
@@ -330,7 +316,7 @@ def expected_bytes(cfg: RunConfig) -> dict[str, float]:
     b, n = cfg.batch_size // cfg.micro_batches, cfg.seq_len
     codec = wire_codec(p, dt)
     c = codec.encoded_nbytes(torch.empty(b, n, p.k, dtype=dt))
-    ids = make_codec("identity").encoded_nbytes(torch.empty(b, n, dtype=id_dtype(pr.vocab_size)))
+    ids = ids_codec(pr.vocab_size).encoded_nbytes(torch.zeros(b, n, dtype=torch.int64))
     links = cfg.world_size - 1
     return {"act": links * cfg.micro_batches * (c + ids), "grad": links * cfg.micro_batches * c}
 
@@ -341,5 +327,5 @@ def bytes_per_token(cfg: RunConfig) -> dict[str, int]:
     pr, p, dt = PRESETS[cfg.model], cfg.params, cfg.torch_dtype
     s = wire_codec(p, dt).encoded_nbytes(torch.empty(1, dtype=dt)) - wire_codec(p, dt).encoded_nbytes(
         torch.empty(0, dtype=dt))
-    s_id = torch.empty((), dtype=id_dtype(pr.vocab_size)).element_size()
+    s_id = id_nbytes(pr.vocab_size)
     return {"fwd": p.k * s + s_id, "bwd": p.k * s, "uncompressed": pr.d_model * s}

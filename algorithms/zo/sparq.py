@@ -23,7 +23,7 @@ from dataclasses import dataclass
 
 import torch
 
-from algorithms.codecs import Payload
+from algorithms.codecs.channel import Channel
 from harness.config import ConfigError, RunConfig
 from harness.models import PRESETS, build_stage, lm_loss
 from harness.registry import register
@@ -97,12 +97,13 @@ def choose_split(cfg: RunConfig) -> tuple[tuple[int, ...], dict[int, float]]:
 
 
 class Link:
-    """Encode, send, receive and decode one stage boundary; keeps the closed form of what it sent."""
+    """One stage boundary: a channel per message kind; keeps the closed form of what it sent."""
 
-    def __init__(self, comm, p: SparQParams, run_itemsize: int):
-        self.comm, self.p, self.itemsize = comm, p, run_itemsize
-        self.act = wire.act_codec(p.bits, p.signed, p.format)
-        self.res = wire.residual_codec(p.residual, p.bits)
+    def __init__(self, comm, p: SparQParams, run_itemsize: int, vocab: int):
+        self.comm, self.p, self.itemsize, self.vocab = comm, p, run_itemsize, vocab
+        self.act = Channel(wire.act_codec(p.bits, p.signed, p.format))
+        self.res = Channel(wire.residual_codec(p.residual, p.bits))
+        self.labels = Channel(wire.label_codec(vocab))
         self.closed_form = 0  # bytes this rank sent this step, from the closed forms
         self.nnz = self.numel = 0
 
@@ -110,23 +111,20 @@ class Link:
         k = wire.act_nnz(a, self.p.bits, self.p.signed)
         self.nnz, self.numel = self.nnz + k, self.numel + a.numel()
         self.closed_form += wire.act_nbytes(tuple(a.shape), k, self.p.bits, self.itemsize, self.p.format)
-        self.closed_form += wire.residual_nbytes(tuple(r.shape), self.res, self.itemsize)
-        self.comm.send(self.act.encode(a.detach().cpu()).data, dst, tag="act")
-        self.comm.send(self.res.encode(r.detach().cpu()).data, dst, tag="residual")
+        self.closed_form += wire.residual_nbytes(tuple(r.shape), self.res.codec, self.itemsize)
+        self.act.send(self.comm, a, dst, "act")
+        self.res.send(self.comm, r, dst, "residual")
 
     def recv(self, src: int, device) -> tuple[torch.Tensor, torch.Tensor]:
-        a = self.act.decode(Payload(self.comm.recv(src, tag="act")))
-        r = self.res.decode(Payload(self.comm.recv(src, tag="residual")))
-        return a.to(device), r.to(device)
+        a = self.act.recv(self.comm, src, "act", device=device)
+        return a, self.res.recv(self.comm, src, "residual", device=device)
 
-    def send_labels(self, labels: torch.Tensor, dst: int, vocab: int) -> None:
-        t = labels.detach().cpu().to(wire.label_dtype(vocab))
-        self.closed_form += wire.dense_nbytes(tuple(t.shape), t.element_size())
-        self.comm.send(wire.make_codec("identity").encode(t).data, dst, tag="labels")
+    def send_labels(self, labels: torch.Tensor, dst: int) -> None:
+        self.closed_form += wire.labels_nbytes(tuple(labels.shape), self.vocab)
+        self.labels.send(self.comm, labels, dst, "labels")
 
     def recv_labels(self, src: int, device) -> torch.Tensor:
-        t = wire.make_codec("identity").decode(Payload(self.comm.recv(src, tag="labels")))
-        return t.to(device=device, dtype=torch.int64)
+        return self.labels.recv(self.comm, src, "labels", device=device).to(torch.int64)
 
 
 @register("sparq", family="zo", params=SparQParams, min_world=2, check=_fits,
@@ -140,8 +138,7 @@ def sparq(ctx):
     stage = build_stage(cfg.model, seed=cfg.seed, num_stages=M, stage_index=rank, cut="ffn_act",
                         boundaries=list(cuts), dtype=ctx.dtype, device=ctx.device).eval()
     pert = Perturber([(i, t) for i, _, t in stage.global_named_parameters()], p.mode, p.track_drift)
-    link = Link(comm, p, torch.empty((), dtype=ctx.dtype).element_size())
-    vocab = PRESETS[cfg.model].vocab_size
+    link = Link(comm, p, torch.empty((), dtype=ctx.dtype).element_size(), PRESETS[cfg.model].vocab_size)
     ctx.tokens_per_step = cfg.batch_size * cfg.seq_len
     nnz_total = numel_total = 0
     with torch.no_grad():
@@ -152,7 +149,7 @@ def sparq(ctx):
             if first or (last and p.labels == "local"):
                 ids, labels = batch(cfg, step, ctx.device)
             if p.labels == "send" and first:
-                link.send_labels(labels, M - 1, vocab)
+                link.send_labels(labels, M - 1)
             if p.labels == "send" and last:
                 labels = link.recv_labels(0, ctx.device)
             losses = []

@@ -6,13 +6,16 @@ fixpoint quantiser + sparse body, or with ``bits=None`` the lossless sparse
 encoding of the raw values) and the residual stream ``r`` (tag ``residual``:
 dense, fp16 by default for quantised runs, raw for identity runs; the block's
 ``r + fc2(a)`` needs it, seed-sparq §7 A2).  Once per iteration the first
-stage sends the labels to the last (tag ``labels``, smallest integer dtype
-holding the vocabulary), unless ``labels=local``.  Backward, the last stage
+stage sends the labels to the last (tag ``labels``, the ``ids`` codec: 1, 2 or
+4 bytes per token, the narrowest unsigned width holding the vocabulary),
+unless ``labels=local``.  Backward, the last stage
 broadcasts the ``P`` float32 scalars (tag ``scalars``).  Masks and positions
 are recomputed on every stage from the sequence length (batches are never
 padded), so they never cross.
 
-The closed forms below are written from the wire layouts in
+Each message kind crosses through its own
+:class:`~algorithms.codecs.channel.Channel` (the compressed pipelines' channel
+abstraction).  The closed forms below are written from the wire layouts in
 ``algorithms.codecs`` (header ``h0``, scales, positions, packed values) and
 checked against the Comm meter's count of the real payloads.
 """
@@ -24,6 +27,7 @@ import math
 import torch
 
 from algorithms.codecs import Codec, fixpoint_quantize, make_codec
+from algorithms.codecs.ids import id_nbytes
 
 FORMATS = ("auto", "dense", "bitmap", "coo")
 
@@ -40,11 +44,9 @@ def residual_codec(spec: str, bits: int | None) -> Codec:
     return make_codec(spec)
 
 
-def label_dtype(vocab_size: int) -> torch.dtype:
-    """Smallest integer dtype that holds every token id."""
-    if vocab_size <= 256:
-        return torch.uint8
-    return torch.int16 if vocab_size <= 2**15 else torch.int32
+def label_codec(vocab_size: int) -> Codec:
+    """Token ids of the vocabulary, each in the narrowest unsigned width (``algorithms.codecs.ids``)."""
+    return make_codec(f"ids:vocab={vocab_size}")
 
 
 # --------------------------------------------------------------------------- closed forms
@@ -64,6 +66,11 @@ def sparse_body_nbytes(n: int, k: int, vbits: int, fmt: str = "auto") -> int:
 def dense_nbytes(shape: tuple[int, ...], wire_itemsize: int) -> int:
     """Dense codec: ``h0 = 11 + 4 ndim`` plus the values."""
     return 11 + 4 * len(shape) + math.prod(shape) * wire_itemsize
+
+
+def labels_nbytes(shape: tuple[int, ...], vocab_size: int) -> int:
+    """ids codec: ``h0 = 14 + 4 ndim`` (``V - 1`` as uint32) plus 1, 2 or 4 bytes per token."""
+    return 14 + 4 * len(shape) + math.prod(shape) * id_nbytes(vocab_size)
 
 
 def act_nbytes(shape: tuple[int, ...], k: int, bits: int | None, itemsize: int, fmt: str = "auto") -> int:

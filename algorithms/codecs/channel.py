@@ -1,0 +1,41 @@
+"""What crosses one direction of a link: a codec over a Comm's send / recv.
+
+Every family sends its messages the same way: the sender encodes once with the
+channel's codec (its generator is the only randomness), the Comm carries the
+payload's bytes (what is counted is what is sent), and the receiver decodes
+from those bytes alone.  Stateful variants (error feedback, the compressed
+pipelines' ``EFChannel``) subclass :class:`Channel` and keep their memory
+apart from the codec and the sending (GRACE-style split).
+"""
+
+from __future__ import annotations
+
+import torch
+
+from ._core import Codec, Payload
+
+
+class Channel:
+    """Direct transmission: the receiver uses ``C(x)``; no state (also the uncompressed case).
+
+    ``key`` names the message within a step (the compressed pipelines use
+    ``(micro-batch, tensor index)`` to find their memory); this channel ignores it.
+    """
+
+    memory = None
+
+    def __init__(self, codec: Codec, generator: torch.Generator | None = None):
+        self.codec = codec
+        self.generator = generator
+        self.step = None
+
+    def begin_step(self, step) -> None:
+        """The step's context for stateful channels (the pipelines' ``StepRows``)."""
+        self.step = step
+
+    def send(self, comm, x: torch.Tensor, dst: int, tag: str, key: tuple[int, int] | None = None) -> None:
+        comm.send(self.codec.encode(x.detach().cpu(), generator=self.generator).data, dst, tag=tag)
+
+    def recv(self, comm, src: int, tag: str, key: tuple[int, int] | None = None, device=None) -> torch.Tensor:
+        x = self.codec.decode(Payload(comm.recv(src, tag=tag)))
+        return x if device is None else x.to(device)

@@ -1,0 +1,216 @@
+"""Property checks for the message codecs ``ids`` (token ids) and ``sparse-qstoch``
+(the parameter server's sparse b-bit gradient): exact round trips on their
+domains, counted bytes = closed forms, the laws they declare, and refusal of
+out-of-range ids, non-finite scales and truncated or corrupted payloads."""
+
+from __future__ import annotations
+
+import math
+import struct
+import zlib
+
+import pytest
+import torch
+from hypothesis import assume, given
+from hypothesis import strategies as st
+
+from algorithms.codecs import (
+    CODECS,
+    CodecError,
+    Payload,
+    decode,
+    make_codec,
+    qstoch_law,
+    unpack_bits,
+)
+from algorithms.codecs._core import FAMILY_SPARSE_QSTOCH, build_header
+from algorithms.codecs.ids import id_nbytes, ids_nbytes
+from algorithms.codecs.sparse_qstoch import sparse_qstoch_nbytes
+
+seeds = st.integers(0, 2**32 - 1)
+VOCABS = (256, 50257, 50272, 32000, 2**16, 2**16 + 1)
+WIDTH = {256: 1, 50257: 2, 50272: 2, 32000: 2, 2**16: 2, 2**16 + 1: 4}  # bytes per id
+
+
+def gen(seed: int) -> torch.Generator:
+    return torch.Generator().manual_seed(seed)
+
+
+def _corruptions(p: Payload, header: int):
+    """Every truncation, one extension, and a flip of every header byte."""
+    for cut in range(p.nbytes):
+        yield Payload(p.data[:cut].clone())
+    yield Payload(torch.cat([p.data, torch.zeros(1, dtype=torch.uint8)]))
+    for pos in range(header):
+        d = p.data.clone()
+        d[pos] ^= 0x5A
+        yield Payload(d)
+
+
+# ============================================================================ ids
+@given(seeds, st.sampled_from(VOCABS), st.lists(st.integers(0, 6), max_size=3),
+       st.sampled_from([torch.int64, torch.int32]))
+def test_ids_round_trip_edges_and_random_ids(seed, vocab, shape, dtype):
+    codec = make_codec(f"ids:vocab={vocab}")
+    x = torch.randint(0, vocab, tuple(shape), generator=gen(seed), dtype=torch.int64)
+    if x.numel() >= 2:  # the edges of the range, always
+        x.view(-1)[0], x.view(-1)[-1] = 0, vocab - 1
+    x = x.to(dtype)
+    p = codec.encode(x)
+    assert p.nbytes == codec.encoded_nbytes(x) == ids_nbytes(tuple(shape), vocab)
+    assert p.nbytes == 14 + 4 * len(shape) + x.numel() * WIDTH[vocab] and id_nbytes(vocab) == WIDTH[vocab]
+    for y in (codec.decode(p), decode(p), make_codec("ids:vocab=2").decode(p)):  # the header says V
+        assert y.dtype == dtype and torch.equal(y, x)
+    assert codec.is_lossless_on(x)
+    assert 0 <= codec.floor_bits(x) <= 8 * p.nbytes
+
+
+@pytest.mark.parametrize("vocab", VOCABS)
+def test_ids_edges_one_by_one(vocab):
+    codec = make_codec(f"ids:vocab={vocab}")
+    x = torch.tensor([0, vocab - 1, vocab // 2])
+    assert torch.equal(codec.decode(codec.encode(x)), x)
+    for bad in (-1, vocab):
+        y = torch.tensor([0, bad])
+        assert not codec.is_lossless_on(y)
+        with pytest.raises(CodecError, match="must lie in"):
+            codec.encode(y)
+
+
+def test_ids_refuse_floats_bad_specs_and_ids_beyond_the_vocabulary():
+    with pytest.raises(CodecError):
+        make_codec("ids:vocab=256").encode(torch.tensor([1.0]))
+    for spec in ("ids", "ids:vocab=0", "ids:vocab=x", f"ids:vocab={2**32 + 1}", "ids:vocab=5,bits=4"):
+        with pytest.raises(CodecError):
+            make_codec(spec)
+    assert make_codec("ids:vocab=300").spec() == "ids:vocab=300" and "ids" not in CODECS
+    p = make_codec("ids:vocab=300").encode(torch.tensor([299, 7]))  # 2 bytes each, room for 300
+    d = p.data.clone()
+    d[-4:-2] = torch.tensor([44, 1], dtype=torch.uint8)  # little-endian 300
+    with pytest.raises(CodecError, match=">= vocab"):
+        decode(Payload(d))
+
+
+def test_ids_truncated_or_corrupted_payloads_are_refused():
+    codec = make_codec("ids:vocab=50272")
+    p = codec.encode(torch.tensor([[1, 50271], [0, 3]]))
+    for bad in _corruptions(p, 14 + 4 * 2):
+        with pytest.raises(CodecError):
+            codec.decode(bad)
+
+
+# ============================================================================ sparse-qstoch
+def _sparse(seed: int, shape, density: float, dtype) -> torch.Tensor:
+    g = gen(seed)
+    keep = torch.rand(shape, generator=g, dtype=torch.float64) < density
+    return torch.where(keep, torch.randn(shape, generator=g, dtype=torch.float64), 0.0).to(dtype)
+
+
+@given(seeds, st.integers(2, 16), st.lists(st.integers(1, 40), min_size=1, max_size=2),
+       st.one_of(st.sampled_from([0.0, 1.0]), st.floats(0.0, 1.0)),
+       st.sampled_from([torch.float64, torch.float32]))
+def test_sparse_qstoch_bytes_law_and_round_trip(seed, bits, shape, density, dtype):
+    codec = make_codec(f"sparse-qstoch:bits={bits}")
+    x = _sparse(seed, tuple(shape), density, dtype)
+    n, nnz = x.numel(), int(torch.count_nonzero(x))
+    p = codec.encode(x, gen(seed))
+    w = max(1, math.ceil(math.log2(n))) if n > 1 else 1
+    assert p.nbytes == codec.encoded_nbytes(x) == sparse_qstoch_nbytes(n, nnz, bits, x.dim())
+    assert p.nbytes == 19 + 4 * x.dim() + math.ceil(nnz * w / 8) + math.ceil(nnz * bits / 8)
+    assert torch.equal(p.data, codec.encode(x, gen(seed)).data)  # the generator is the only randomness
+    y = decode(p)
+    assert y.shape == x.shape and y.dtype == x.dtype and torch.equal(codec.decode(p), y)
+    assert bool((y[x == 0] == 0).all())  # zeros stay zeros
+    assert 0 <= codec.floor_bits(x) <= 8 * p.nbytes
+    if nnz == 0:
+        return
+    vals = x[x != 0]
+    law = qstoch_law(vals, bits)
+    lo = (law.delta * law.k_lo.to(torch.float64)).to(dtype)
+    hi = (law.delta * (law.k_lo + 1).to(torch.float64)).to(dtype)
+    got = y[x != 0]
+    assert bool(((got == lo) | ((got == hi) & (law.p > 0))).all())  # the two neighbours of the law
+    xd, R = vals.to(torch.float64), law.resolution_bits
+    bias = (law.mean() - xd).abs()  # unbiased up to the 2^-R grid and the float32 δ
+    assert bool((bias <= law.delta * 2.0 ** (-R - 1) * (1 + 1e-9) + 2.0**-23 * xd.abs()).all())
+    omega = codec.contraction_bound(n)
+    assert law.mse(vals) <= omega**2 * float((xd**2).sum()) * (1 + 1e-6) + n * law.delta**2 * 2.0**-20
+    if codec.is_lossless_on(x):
+        assert torch.equal(y, x)
+
+
+def test_sparse_qstoch_lossless_on_its_grid():
+    x = torch.tensor([0.0, 3.0, 0.0, -1.0, 2.0, 0.0], dtype=torch.float64)  # δ = 1 at 3 bits
+    codec = make_codec("sparse-qstoch:bits=3")
+    assert codec.is_lossless_on(x)
+    assert torch.equal(codec.decode(codec.encode(x)), x)
+    assert not codec.is_lossless_on(torch.tensor([3.0, 0.5]))
+
+
+def test_sparse_qstoch_refuses_non_finite_inputs_and_scales():
+    codec = make_codec("sparse-qstoch:bits=4")
+    for bad in (float("nan"), float("inf"), -float("inf")):
+        with pytest.raises(CodecError, match="NaN or infinity"):
+            codec.encode(torch.tensor([1.0, bad, 0.0]))
+    with pytest.raises(CodecError, match="normal float32"):
+        codec.encode(torch.tensor([1e300, 0.0], dtype=torch.float64))  # δ overflows float32
+    good = codec.encode(torch.tensor([0.0, 1.0, -1.0]))
+    body = good.data[19 + 4:]
+    for delta, nnz in ((float("nan"), 2), (float("inf"), 2), (-1.0, 2), (0.0, 2), (1.0, 0), (1e-40, 2)):
+        head = build_header(FAMILY_SPARSE_QSTOCH, torch.float32, (3,), struct.pack("<BfI", 4, delta, nnz))
+        payload = torch.cat([torch.frombuffer(bytearray(head), dtype=torch.uint8), body[: 2 if nnz else 0]])
+        with pytest.raises(CodecError, match="scale"):
+            decode(Payload(payload))
+
+
+def _forged(params: bytes, body: list[int], n: int = 5) -> Payload:
+    head = build_header(FAMILY_SPARSE_QSTOCH, torch.float32, (n,), params)
+    return Payload(torch.frombuffer(bytearray(head + bytes(body)), dtype=torch.uint8))
+
+
+def test_sparse_qstoch_refuses_malformed_bodies():
+    p = struct.pack("<BfI", 4, 1.0, 2)
+    # 5 entries: 3-bit indices, then 4-bit codes (offset 8)
+    ok = _forged(p, [0b001_011_00, 0x9A])  # indices 1, 3; codes 9, 10
+    assert torch.equal(decode(ok), torch.tensor([0.0, 1.0, 0.0, 2.0, 0.0]))
+    for body, match in (([0b011_001_00, 0x9A], "increasing"),  # 3 then 1
+                        ([0b001_001_00, 0x9A], "increasing"),  # repeated
+                        ([0b001_110_00, 0x9A], "range"),  # index 6 >= 5
+                        ([0b001_011_01, 0x9A], "padding"),  # nonzero padding bit
+                        ([0b001_011_00, 0x09], "code 0")):
+        with pytest.raises(CodecError, match=match):
+            decode(_forged(p, body))
+    with pytest.raises(CodecError, match="nnz"):
+        decode(_forged(struct.pack("<BfI", 4, 1.0, 6), [0] * 6))
+    with pytest.raises(CodecError, match="bits"):
+        decode(_forged(struct.pack("<BfI", 1, 1.0, 0), []))
+
+
+def test_sparse_qstoch_truncated_or_corrupted_payloads_are_refused():
+    codec = make_codec("sparse-qstoch:bits=5")
+    x = torch.tensor([0.5, 0.0, -1.25, 0.0, 3.0, 0.0, 0.0, 2.0])
+    p = codec.encode(x, gen(0))
+    assert unpack_bits(p.data[23:25], 3, 4).tolist() == [0, 2, 4, 7]  # the indices, 3 bits each
+    for bad in _corruptions(p, 19 + 4):
+        with pytest.raises(CodecError):
+            codec.decode(bad)
+
+
+@given(seeds, st.data(), st.integers(1, 255))
+def test_sparse_qstoch_body_byte_flips_never_crash(seed, data, flip):
+    x = _sparse(seed, (30,), 0.4, torch.float32)
+    p = make_codec("sparse-qstoch:bits=3").encode(x, gen(seed))
+    assume(p.nbytes > 23)
+    d = p.data.clone()
+    d[data.draw(st.integers(23, p.nbytes - 1))] ^= flip
+    try:
+        y = decode(Payload(d))
+    except CodecError:
+        return
+    assert y.shape == x.shape and y.dtype == x.dtype
+
+
+def test_header_crc_covers_the_new_parameters():
+    p = make_codec("sparse-qstoch:bits=4").encode(torch.tensor([1.0, 0.0]))
+    head = bytes(p.data[:23].tolist())
+    assert struct.unpack("<I", head[-4:])[0] == zlib.crc32(head[:-4])
