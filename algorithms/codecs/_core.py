@@ -46,6 +46,7 @@ FAMILY_QCHANNEL = 3
 FAMILY_SPARSE = 4
 FAMILY_TOPK = 5
 FAMILY_RANDK = 6
+FAMILY_NATURAL = 32  # natural compression's long-standing id, inside register_codec's 32..255
 
 # size P of the parameter block per family
 PARAM_SIZES: dict[int, int] = {
@@ -55,6 +56,7 @@ PARAM_SIZES: dict[int, int] = {
     FAMILY_SPARSE: 7,  # value bits u8 (0 = raw dtype), flags u8, format u8, k u32
     FAMILY_TOPK: 7,  # same layout as sparse
     FAMILY_RANDK: 7,  # same layout as sparse
+    FAMILY_NATURAL: 1,  # code width in bits u8
 }
 FAMILY_NAMES: dict[int, str] = {
     FAMILY_DENSE: "dense",
@@ -63,6 +65,7 @@ FAMILY_NAMES: dict[int, str] = {
     FAMILY_SPARSE: "sparse",
     FAMILY_TOPK: "topk",
     FAMILY_RANDK: "randk",
+    FAMILY_NATURAL: "natural",
 }
 
 DTYPE_CODES: dict[torch.dtype, int] = {

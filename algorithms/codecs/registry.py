@@ -9,6 +9,7 @@ import torch
 from ._core import (
     FAMILY_DENSE,
     FAMILY_NAMES,
+    FAMILY_NATURAL,
     FAMILY_QCHANNEL,
     FAMILY_QSTOCH,
     FAMILY_RANDK,
@@ -23,6 +24,7 @@ from ._core import (
     peek_family,
 )
 from .dense import DenseCodec
+from .natural import NaturalCodec
 from .quant import QChannelCodec, QStochCodec
 from .sparse import RandKCodec, SparseCodec, TopKCodec
 
@@ -42,6 +44,7 @@ _FACTORIES: dict[str, tuple[Callable[[dict[str, str]], Codec], tuple[str, ...]]]
     "topk": (TopKCodec.from_options, ("k", "ratio", "format", "index")),
     "randk": (RandKCodec.from_options, ("k", "ratio", "scaled", "format", "index")),
     "sparse": (SparseCodec.from_options, ("bits", "signed", "format", "index")),
+    "natural": (lambda opts: NaturalCodec(), ()),
 }
 
 #: Built-in codec names accepted by :func:`make_codec` (options after ``name:``);
@@ -64,6 +67,7 @@ EXAMPLE_SPECS: tuple[str, ...] = (
     "randk:ratio=0.25,scaled=false",
     "sparse",
     "sparse:bits=4",
+    "natural",
 )
 
 _FAMILY_CLASSES: dict[int, type[Codec]] = {
@@ -73,6 +77,7 @@ _FAMILY_CLASSES: dict[int, type[Codec]] = {
     FAMILY_SPARSE: SparseCodec,
     FAMILY_TOPK: TopKCodec,
     FAMILY_RANDK: RandKCodec,
+    FAMILY_NATURAL: NaturalCodec,
 }
 
 
@@ -80,7 +85,7 @@ def make_codec(spec: str | Codec) -> Codec:
     """Build a codec from ``"name"`` or ``"name:key=value,key=value"``.
 
     Names: identity, fp32, fp16, bf16, fp64, qstoch, qchannel, topk, randk,
-    sparse.  Unknown names, unknown options and bad values raise
+    sparse, natural.  Unknown names, unknown options and bad values raise
     :class:`CodecError` naming the valid choices.
     """
     if isinstance(spec, Codec):
@@ -133,8 +138,8 @@ def register_codec(
 ) -> None:
     """Add a codec family defined outside this package.
 
-    ``codec_cls.family`` is its wire id (use 32..255; 1..31 are reserved for
-    this package) and ``param_size`` the fixed size of its header parameter
+    ``codec_cls.family`` is its wire id (use 33..255; 1..31 and 32, natural
+    compression's, are this package's) and ``param_size`` the fixed size of its header parameter
     block.  Afterwards :func:`make_codec` builds it from ``name[:options]``
     (``factory(opts)`` gets the parsed options; default ``codec_cls()``) and
     :func:`decode` decodes its payloads.  Re-registering the same class is a no-op.
