@@ -35,7 +35,6 @@ modules as the full model does).
 
 from __future__ import annotations
 
-import hashlib
 import itertools
 import math
 import os
@@ -45,6 +44,8 @@ from typing import Any
 
 import torch
 from torch import Tensor, nn
+
+from harness.seeding import keyed_seed
 
 __all__ = [
     "PRESETS",
@@ -186,8 +187,7 @@ _RESIDUAL_OUT_SUFFIXES = (
 
 def _init_seed(seed: int, index: int) -> int:
     """64-bit generator seed for parameter ``index`` (domain-separated from other uses)."""
-    digest = hashlib.sha256(f"commbench.models.init/{int(seed)}/{int(index)}".encode()).digest()
-    return int.from_bytes(digest[:8], "little")
+    return keyed_seed("commbench.models.init", int(seed), int(index))
 
 
 def init_value(seed: int, index: int, name: str, shape: Sequence[int], num_blocks: int) -> Tensor:
