@@ -109,6 +109,7 @@ def test_codec_names_and_spec_round_trip():
         "randk",
         "sparse",
         "sparse-qstoch",
+        "natural",
     }
     for spec in EXAMPLE_SPECS:
         c = make_codec(spec)
@@ -848,6 +849,9 @@ def expected_nbytes(codec: Codec, x: torch.Tensor) -> int:
         return h0(nd, 1) + n * wire
     if codec.name == "qstoch":
         return h0(nd, 5) + ceil8(n * codec.bits)
+    if codec.name == "natural":  # a sign bit and an exponent code (1 + E bits) per entry
+        bits = {torch.float16: 6, torch.bfloat16: 9, torch.float32: 9, torch.float64: 12}[x.dtype]
+        return h0(nd, 1) + ceil8(n * bits)
     if codec.name in ("topk", "randk"):
         k = codec.k if codec.k is not None else max(1, math.ceil(codec.ratio * n - 1e-9))
         return h0(nd, 7) + min(sparse_costs(n, k, 8 * x.element_size(), index_bits(n)).values())
@@ -899,9 +903,9 @@ def small_payloads() -> list[tuple[str, Payload, int]]:
         codec = make_codec(spec.replace("k=16", "k=3"))
         xi = x.to(torch.int16).clamp(-8, 7) if spec == "sparse:bits=4" else x
         p = codec.encode(xi, gen(0))
-        params = {"identity": 1, "fp32": 1, "fp16": 1, "bf16": 1, "fp64": 1, "qstoch": 5}.get(
-            codec.name, 7
-        )
+        params = {
+            "identity": 1, "fp32": 1, "fp16": 1, "bf16": 1, "fp64": 1, "qstoch": 5, "natural": 1
+        }.get(codec.name, 7)
         out.append((codec.spec(), p, h0(2, params)))
     for spec in (
         "qchannel:bits=4,format=coo",

@@ -1,8 +1,11 @@
-"""Natural compression (algorithms/pipeline/natural.py): declared properties of the codec."""
+"""Natural compression (algorithms/codecs/natural.py): declared properties of the codec."""
 
 from __future__ import annotations
 
 import math
+import subprocess
+import sys
+from pathlib import Path
 
 import pytest
 import torch
@@ -10,8 +13,8 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from algorithms.codecs import CodecError, Payload
+from algorithms.codecs.natural import NaturalCodec, code_width
 from algorithms.pipeline.links import make_link_codec
-from algorithms.pipeline.natural import NaturalCodec, code_width
 
 SEEDS = st.integers(0, 2**32 - 1)
 C = NaturalCodec()
@@ -102,3 +105,22 @@ def test_links_build_it_by_name_and_declare_its_properties():
     assert isinstance(c, NaturalCodec) and c.unbiased and c.stochastic
     assert c.contraction_bound(100) == pytest.approx(math.sqrt(1 / 8))
     assert c.spec() == "natural"
+
+
+def test_the_codec_library_alone_builds_lists_and_decodes_it():
+    """A fresh interpreter that imports only ``algorithms.codecs``: "natural" is built in.
+
+    ``CODECS`` is fixed when the registry module loads, so it lists only the
+    built-in codecs, never one added later by ``register_codec``.
+    """
+    code = (
+        "import torch\n"
+        "from algorithms.codecs import CODECS, EXAMPLE_SPECS, NaturalCodec, decode, make_codec\n"
+        "assert 'natural' in CODECS and 'natural' in EXAMPLE_SPECS\n"
+        "c = make_codec('natural')\n"
+        "assert isinstance(c, NaturalCodec)\n"
+        "x = torch.tensor([0.5, -2.0, 0.0])\n"
+        "assert torch.equal(decode(c.encode(x).tobytes()), x)\n"
+    )
+    root = Path(__file__).resolve().parents[1]
+    subprocess.run([sys.executable, "-c", code], check=True, timeout=120, cwd=root)

@@ -30,7 +30,6 @@ Datasets:
 from __future__ import annotations
 
 import functools
-import hashlib
 import importlib.metadata
 import importlib.util
 import json
@@ -41,6 +40,8 @@ from typing import Any
 
 import torch
 from torch import Tensor
+
+from harness.seeding import keyed_generator, keyed_seed
 
 __all__ = [
     "DATASETS",
@@ -72,16 +73,6 @@ _LOCK = threading.RLock()  # ranks of the threads backend share one process
 
 class DataUnavailableError(RuntimeError):
     """A dataset's source is not installed (the message says how to install it)."""
-
-
-def _hash64(*parts: Any) -> int:
-    """A 64-bit integer from a SHA-256 of the parts (used to seed torch generators)."""
-    text = "/".join(str(p) for p in parts)
-    return int.from_bytes(hashlib.sha256(text.encode()).digest()[:8], "little")
-
-
-def _generator(*parts: Any) -> torch.Generator:
-    return torch.Generator(device="cpu").manual_seed(_hash64(*parts))
 
 
 def _check_int(name: str, value: Any, low: int) -> None:
@@ -157,7 +148,7 @@ def _wiki_data_path() -> str:
 
 
 def _wiki_is_val(title: str) -> bool:
-    return _hash64("commbench.data.wiki-en.split", title) % 1000 < WIKI_VAL_PER_MILLE
+    return keyed_seed("commbench.data.wiki-en.split", title) % 1000 < WIKI_VAL_PER_MILLE
 
 
 def _wiki_corpus(path: str) -> dict[str, tuple[Tensor, tuple[str, ...]]]:
@@ -250,7 +241,7 @@ class WikiDataset(Dataset):
         is ``seq_len + 1`` bytes; the windows of one step never overlap)."""
         data = self.corpus(split)
         width = seq_len + 1
-        g = _generator("commbench.data.wiki-en.step", split, seed, step, seq_len)
+        g = keyed_generator("commbench.data.wiki-en.step", split, seed, step, seq_len)
         phase = int(torch.randint(0, width, (1,), generator=g))
         n_slots = (len(data) - phase) // width
         keys = torch.randint(0, 2**31 - 1, (4,), generator=g).tolist()
@@ -276,8 +267,8 @@ class _RowwiseDataset(Dataset):
 
     def _row_uniforms(self, step, first, count, seq_len, seed, split) -> Tensor:
         return torch.stack([
-            torch.rand(seq_len + 1, generator=_generator(f"commbench.data.{self.name}", split, seed,
-                                                           step, r), dtype=torch.float64)
+            torch.rand(seq_len + 1, generator=keyed_generator(f"commbench.data.{self.name}", split,
+                                                              seed, step, r), dtype=torch.float64)
             for r in range(first, first + count)])
 
 
@@ -310,7 +301,7 @@ class MarkovDataset(_RowwiseDataset):
                    "(4 successors each, probabilities 0.55/0.25/0.12/0.08)")
 
     def __init__(self) -> None:
-        g = _generator("commbench.data.synthetic-markov.chain", self.chain_seed)
+        g = keyed_generator("commbench.data.synthetic-markov.chain", self.chain_seed)
         v, k = self.vocab_size, self.successors
         # each symbol's successors: k distinct symbols, in random order
         self.next_symbols = torch.stack([torch.randperm(v, generator=g)[:k] for _ in range(v)])

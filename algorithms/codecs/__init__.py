@@ -18,6 +18,7 @@ spec                       codec
 ``randk:k=K,scaled=true``  random k coordinates (scaled: unbiased)
 ``sparse``                 lossless bitmap / index-list / dense, cheapest
                            (``bits``, ``signed``, ``format``, ``index``)
+``natural``                unbiased rounding to signed powers of two
 =========================  ==================================================
 
 Each codec's class docstring gives the closed form of its size and its floor.
@@ -26,6 +27,7 @@ Each codec's class docstring gives the closed form of its size and its floor.
 from ._core import Codec, CodecError, Payload, header_nbytes
 from .bitpack import pack_bits, packed_nbytes, unpack_bits
 from .dense import DenseCodec
+from .natural import NaturalCodec
 from .quant import (
     FixpointCodes,
     QChannelCodec,
@@ -47,6 +49,7 @@ __all__ = [
     "CodecError",
     "DenseCodec",
     "FixpointCodes",
+    "NaturalCodec",
     "Payload",
     "QChannelCodec",
     "QStochCodec",

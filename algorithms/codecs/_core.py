@@ -48,6 +48,7 @@ FAMILY_TOPK = 5
 FAMILY_RANDK = 6
 FAMILY_IDS = 7
 FAMILY_SPARSE_QSTOCH = 8
+FAMILY_NATURAL = 32  # natural compression's long-standing id, inside register_codec's 32..255
 
 # size P of the parameter block per family
 PARAM_SIZES: dict[int, int] = {
@@ -59,6 +60,7 @@ PARAM_SIZES: dict[int, int] = {
     FAMILY_RANDK: 7,  # same layout as sparse
     FAMILY_IDS: 4,  # vocab - 1 u32
     FAMILY_SPARSE_QSTOCH: 9,  # bits u8, delta f32, nnz u32
+    FAMILY_NATURAL: 1,  # code width in bits u8
 }
 FAMILY_NAMES: dict[int, str] = {
     FAMILY_DENSE: "dense",
@@ -69,6 +71,7 @@ FAMILY_NAMES: dict[int, str] = {
     FAMILY_RANDK: "randk",
     FAMILY_IDS: "ids",
     FAMILY_SPARSE_QSTOCH: "sparse-qstoch",
+    FAMILY_NATURAL: "natural",
 }
 
 DTYPE_CODES: dict[torch.dtype, int] = {

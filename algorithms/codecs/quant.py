@@ -71,7 +71,7 @@ from ._core import (
 from ._fast import qstoch_pack_fast
 from ._rng import draw_seed, random_words
 from .bitpack import pack_bits, packed_nbytes, unpack_bits
-from .sparse import (
+from .sparse_body import (
     FLAG_INDEX32,
     FMT_DENSE,
     body_nbytes,

@@ -10,6 +10,7 @@ from ._core import (
     FAMILY_DENSE,
     FAMILY_IDS,
     FAMILY_NAMES,
+    FAMILY_NATURAL,
     FAMILY_QCHANNEL,
     FAMILY_QSTOCH,
     FAMILY_RANDK,
@@ -26,6 +27,7 @@ from ._core import (
 )
 from .dense import DenseCodec
 from .ids import IdsCodec
+from .natural import NaturalCodec
 from .quant import QChannelCodec, QStochCodec
 from .sparse import RandKCodec, SparseCodec, TopKCodec
 from .sparse_qstoch import SparseQStochCodec
@@ -48,6 +50,7 @@ _FACTORIES: dict[str, tuple[Callable[[dict[str, str]], Codec], tuple[str, ...]]]
     "sparse": (SparseCodec.from_options, ("bits", "signed", "format", "index")),
     "sparse-qstoch": (SparseQStochCodec.from_options, ("bits",)),
     "ids": (IdsCodec.from_options, ("vocab",)),
+    "natural": (lambda opts: NaturalCodec(), ()),
 }
 
 #: Codecs of integer token ids, not of float tensors (so not in ``CODECS``).
@@ -73,6 +76,7 @@ EXAMPLE_SPECS: tuple[str, ...] = (
     "randk:ratio=0.25,scaled=false",
     "sparse",
     "sparse:bits=4",
+    "natural",
 )
 
 _FAMILY_CLASSES: dict[int, type[Codec]] = {
@@ -84,6 +88,7 @@ _FAMILY_CLASSES: dict[int, type[Codec]] = {
     FAMILY_RANDK: RandKCodec,
     FAMILY_IDS: IdsCodec,
     FAMILY_SPARSE_QSTOCH: SparseQStochCodec,
+    FAMILY_NATURAL: NaturalCodec,
 }
 
 
@@ -91,7 +96,7 @@ def make_codec(spec: str | Codec) -> Codec:
     """Build a codec from ``"name"`` or ``"name:key=value,key=value"``.
 
     Names: identity, fp32, fp16, bf16, fp64, qstoch, qchannel, topk, randk,
-    sparse, sparse-qstoch, ids.  Unknown names, unknown options and bad values raise
+    sparse, natural, sparse-qstoch, ids.  Unknown names, unknown options and bad values raise
     :class:`CodecError` naming the valid choices.
     """
     if isinstance(spec, Codec):
@@ -144,8 +149,8 @@ def register_codec(
 ) -> None:
     """Add a codec family defined outside this package.
 
-    ``codec_cls.family`` is its wire id (use 32..255; 1..31 are reserved for
-    this package) and ``param_size`` the fixed size of its header parameter
+    ``codec_cls.family`` is its wire id (use 33..255; 1..31 and 32, natural
+    compression's, are this package's) and ``param_size`` the fixed size of its header parameter
     block.  Afterwards :func:`make_codec` builds it from ``name[:options]``
     (``factory(opts)`` gets the parsed options; default ``codec_cls()``) and
     :func:`decode` decodes its payloads.  Re-registering the same class is a no-op.

@@ -33,11 +33,12 @@ keyed by (seed, purpose, epoch, pull index), never by which process runs it.
 
 from __future__ import annotations
 
-import hashlib
 from collections import Counter
 from dataclasses import dataclass, field
 
 import torch
+
+from harness.seeding import keyed_generator
 
 from . import dq_wire as wire
 from .problems import Problem
@@ -115,8 +116,8 @@ class Setup:
 
 
 def keyed_gen(seed: int, *key) -> torch.Generator:
-    h = hashlib.blake2b(repr((seed,) + key).encode(), digest_size=8).digest()
-    return torch.Generator().manual_seed(int.from_bytes(h, "little") >> 1)
+    """This module's streams: blake2b of ``repr((seed, *key))``, 63 bits."""
+    return keyed_generator(seed, *key, text=repr, digest="blake2b", bits=63)
 
 
 # --------------------------------------------------------------------------- schedule

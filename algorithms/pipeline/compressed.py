@@ -20,7 +20,6 @@ are applied per message (one micro-batch's boundary tensor), not per row.
 
 from __future__ import annotations
 
-import hashlib
 from dataclasses import dataclass
 
 import torch
@@ -30,6 +29,7 @@ from harness.config import RunConfig
 from harness.data import get_dataset
 from harness.models import PRESETS, build_stage
 from harness.registry import register
+from harness.seeding import keyed_generator
 
 from .engine import StageLinks, evaluate, run_step
 from .lazy import RULES, LazyData, fresh_schedule
@@ -141,17 +141,12 @@ def _check(cfg: RunConfig) -> str | None:
 
 
 # --------------------------------------------------------------------------- the rank program
-def _gen(*parts) -> torch.Generator:
-    h = hashlib.sha256("/".join(map(str, parts)).encode()).digest()[:8]
-    return torch.Generator().manual_seed(int.from_bytes(h, "little"))
-
-
 def build_links(algorithm: str, rank: int, world: int, p, dtype: torch.dtype, seed: int) -> StageLinks:
     fwd, bwd, wire = make_link_codec(p.fwd), make_link_codec(p.bwd), _wire_codec(dtype)
 
     def end(direction: str, link: int, sender: bool):
         codec = fwd if direction == "act" else bwd
-        g = _gen(seed, "codec", direction, link) if sender else None  # only the sender draws
+        g = keyed_generator(seed, "codec", direction, link) if sender else None  # only the sender draws
         if algorithm == "direct-compress" or (algorithm == "aq-sgd" and direction == "grad"):
             return Channel(codec, g)
         if algorithm == "aq-sgd":

@@ -17,18 +17,12 @@ communication, on each step's batch and on which rows are fresh.
 
 from __future__ import annotations
 
-import hashlib
-
 import torch
 
 from harness.data import get_dataset
+from harness.seeding import keyed_generator
 
 RULES = ("batch", "sample")
-
-
-def _gen(*parts) -> torch.Generator:
-    text = "/".join(str(p) for p in parts)
-    return torch.Generator().manual_seed(int.from_bytes(hashlib.sha256(text.encode()).digest()[:8], "little"))
 
 
 class LazyData:
@@ -43,7 +37,7 @@ class LazyData:
         self.dataset = get_dataset(data)
         self.B, self.T, self.seed, self.p, self.rule = batch_size, seq_len, seed, p, rule
         self.num_batches = dataset_size // batch_size
-        self._coin = _gen(seed, "lazy-sampling", p, rule)
+        self._coin = keyed_generator(seed, "lazy-sampling", p, rule)
         self._draws = torch.full((batch_size,), -1, dtype=torch.long)  # fresh draws per row so far
         self._cache: dict[int, tuple[torch.Tensor, torch.Tensor]] = {}
         self._orders: dict[int, torch.Tensor] = {}
@@ -55,8 +49,9 @@ class LazyData:
             return k, k * self.B
         epoch, pos = divmod(k, self.num_batches)
         if epoch not in self._orders:  # epoch 0 in stream order, so a short run matches pipeline-sgd
+            g = keyed_generator(self.seed, "epoch", epoch)
             self._orders[epoch] = (torch.arange(self.num_batches) if epoch == 0 else
-                                   torch.randperm(self.num_batches, generator=_gen(self.seed, "epoch", epoch)))
+                                   torch.randperm(self.num_batches, generator=g))
         j = int(self._orders[epoch][pos])
         return j, j * self.B
 

@@ -25,11 +25,9 @@ from algorithms.codecs import Codec, DenseCodec, Payload, make_codec
 from algorithms.codecs.channel import Channel
 from algorithms.codecs.dense import CAST_NAMES
 
-from . import natural  # noqa: F401  (registers "natural" with make_codec)
-
 
 def make_link_codec(spec: str | Codec) -> Codec:
-    """A codec from its spec string (any of the library's, or ``"natural"``)."""
+    """A codec from its spec string (any of the library's, ``"natural"`` included)."""
     return make_codec(spec)
 
 

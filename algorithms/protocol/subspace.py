@@ -18,15 +18,14 @@
 
 from __future__ import annotations
 
-import hashlib
-
 import torch
 from torch import Tensor
 
+from harness.seeding import keyed_generator
+
 
 def _generator(*parts) -> torch.Generator:
-    h = hashlib.sha256("/".join(map(str, ("commbench.protocol", *parts))).encode()).digest()[:8]
-    return torch.Generator(device="cpu").manual_seed(int.from_bytes(h, "little"))
+    return keyed_generator("commbench.protocol", *parts)
 
 
 def make_basis(d: int, k: int, seed: int, dtype: torch.dtype = torch.float64) -> Tensor:

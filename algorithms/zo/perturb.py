@@ -24,19 +24,19 @@ t, i)``: every node computes them locally, so no seed crosses the wire.
 
 from __future__ import annotations
 
-import hashlib
 from collections.abc import Sequence
 
 import torch
 from torch import Tensor
+
+from harness.seeding import keyed_seed
 
 MODES = ("exact", "inplace")
 
 
 def mix64(*parts: object) -> int:
     """A 64-bit integer from a SHA-256 of the parts (domain-separated by the first part)."""
-    text = "commbench.zo/" + "/".join(str(p) for p in parts)
-    return int.from_bytes(hashlib.sha256(text.encode()).digest()[:8], "little")
+    return keyed_seed("commbench.zo", *parts)
 
 
 def step_seed(run_seed: int, step: int, i: int) -> int:

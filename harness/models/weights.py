@@ -17,7 +17,6 @@ the float32 one.  Scheme:
 
 from __future__ import annotations
 
-import hashlib
 import math
 import os
 from collections.abc import Sequence
@@ -25,6 +24,8 @@ from typing import Any
 
 import torch
 from torch import Tensor, nn
+
+from harness.seeding import keyed_seed
 
 from .families import FAMILY_SPECS
 from .presets import ModelPreset, _preset
@@ -41,8 +42,7 @@ _RESIDUAL_OUT_SUFFIXES = tuple(
 
 def _init_seed(seed: int, index: int) -> int:
     """64-bit generator seed for parameter ``index`` (domain-separated from other uses)."""
-    digest = hashlib.sha256(f"commbench.models.init/{int(seed)}/{int(index)}".encode()).digest()
-    return int.from_bytes(digest[:8], "little")
+    return keyed_seed("commbench.models.init", int(seed), int(index))
 
 
 def init_value(seed: int, index: int, name: str, shape: Sequence[int], num_blocks: int) -> Tensor:

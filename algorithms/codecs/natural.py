@@ -1,4 +1,4 @@
-"""Natural compression (Horváth et al.), a :class:`Codec` for pipeline links.
+"""Natural compression (Horváth et al.), ``"natural"``: unbiased rounding to powers of two.
 
 Every entry ``t != 0`` becomes a signed power of two that brackets it: with
 ``a = floor(log2|t|)`` the output is ``sign(t) 2^a`` with probability
@@ -18,10 +18,6 @@ Range edges (documented, not hidden): powers of two below the smallest normal
 bound holds only for entries with ``|t| >= 2^emin``); ``|t| >= 2^emax``
 maps to ``2^emax`` (no overflow to infinity).  The declared contraction
 therefore covers inputs without subnormal entries (:meth:`contraction_bound`).
-
-The codec registry of ``algorithms.codecs`` does not know this family yet;
-``make_link_codec("natural")`` in :mod:`.links` builds it, and importing this
-module registers the family's wire id so the shared header parser accepts it.
 """
 
 from __future__ import annotations
@@ -31,18 +27,9 @@ import struct
 
 import torch
 
-from algorithms.codecs import (
-    Codec,
-    CodecError,
-    Payload,
-    _core,
-    pack_bits,
-    packed_nbytes,
-    register_codec,
-    unpack_bits,
-)
-
-FAMILY_NATURAL = 32  # the first wire id the codec library leaves to other families
+from . import _core
+from ._core import FAMILY_NATURAL, Codec, CodecError, Payload
+from .bitpack import pack_bits, packed_nbytes, unpack_bits
 
 
 def exponent_range(dtype: torch.dtype) -> tuple[int, int]:
@@ -138,7 +125,3 @@ class NaturalCodec(Codec):
         vals = torch.where(ecode == 0, torch.zeros_like(mag), mag) * (1 - 2 * sign).double()
         return vals.to(hdr.dtype).reshape(hdr.shape)
 
-
-# make_codec("natural") and the header parser know it from here on; the
-# parameter block is one byte, the code width in bits.
-register_codec("natural", NaturalCodec, param_size=1)
