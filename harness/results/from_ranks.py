@@ -20,9 +20,11 @@ import statistics
 
 import torch
 
-from .config import RunConfig
-from .context import RankOutput
-from .results import Metric, ResultRecord, env_info, params_sha256
+from ..config import RunConfig
+from ..context import RankOutput
+from .environment import env_info
+from .fingerprint import params_sha256
+from .schema import Metric, ResultRecord
 
 
 def _merge_params(outputs: list[RankOutput]) -> list[tuple[int, torch.Tensor]]:
@@ -38,7 +40,7 @@ def _merge_params(outputs: list[RankOutput]) -> list[tuple[int, torch.Tensor]]:
 
 
 def build_record(cfg: RunConfig, outputs: list[RankOutput]) -> ResultRecord:
-    from .data import get_dataset
+    from ..data import get_dataset
 
     steps = cfg.steps
     sent = sum(o.sent_bytes for o in outputs)
