@@ -1,7 +1,7 @@
 """Metered communication for SPMD rank programs (see base.Comm)."""
 
 from .base import Comm, CommError, RankFailed, as_bytes, from_bytes
-from .meter import FRAME_HEADER_BYTES, ByteMeter, Flow, MeterSnapshot
+from .byte_meter import FRAME_HEADER_BYTES, ByteMeter, Flow, MeterSnapshot
 from .threads import ThreadsComm, ThreadsWorld, run_threads
 
 BACKENDS = ("threads", "gloo", "nccl")

@@ -20,7 +20,7 @@ from abc import ABC, abstractmethod
 
 import torch
 
-from .meter import FRAME_HEADER_BYTES, ByteMeter, Flow
+from .byte_meter import FRAME_HEADER_BYTES, ByteMeter, Flow
 
 
 class CommError(RuntimeError):
