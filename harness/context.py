@@ -34,13 +34,13 @@ class RankOutput:
     peak_memory_bytes: int
     peak_memory_growth_bytes: int  # peak minus what was in use when the window opened
     peak_memory_reset: bool
-    sent_bytes: int
+    sent_bytes: int  # payload, as the Comm's byte meter counts it (glossary: harness.comm)
     sent_messages: int
     received_bytes: int
     framing_bytes: int
     bytes_by_tag: dict[str, tuple[int, int]]
     tokens_per_step: int
-    wire_tx_bytes: int | None = None
+    wire_tx_bytes: int | None = None  # kernel interface counters, net="netns" runs only
     wire_rx_bytes: int | None = None
     extra: dict[str, tuple[float, str]] = field(default_factory=dict)
 

@@ -6,7 +6,7 @@ Every entry ``t != 0`` becomes a signed power of two that brackets it: with
 and ``Var = (|t| - 2^a)(2^(a+1) - |t|) <= |t|^2 / 8`` (the maximum ratio is at
 ``|t| = 4/3 2^a``).  Hence unbiased with ``ω = sqrt(1/8)``.
 
-Wire: one code per entry, ``sign << E | e`` packed at ``1 + E`` bits, where
+Payload body: one code per entry, ``sign << E | e`` packed at ``1 + E`` bits, where
 ``e = 0`` means zero and ``e = a - emin + 1`` otherwise, and ``E`` is the
 exponent width of the input dtype: 1 + 8 = 9 bits for float32 / bfloat16,
 1 + 5 = 6 bits for float16 (the paper's 37.5 %), 1 + 11 = 12 for float64.
@@ -19,9 +19,9 @@ bound holds only for entries with ``|t| >= 2^emin``); ``|t| >= 2^emax``
 maps to ``2^emax`` (no overflow to infinity).  The declared contraction
 therefore covers inputs without subnormal entries (:meth:`contraction_bound`).
 
-The codec registry of ``algorithms.codecs`` does not know this family yet;
+The codec registry of ``algorithms.codecs`` does not list this family:
 ``make_link_codec("natural")`` in :mod:`.links` builds it, and importing this
-module registers the family's wire id so the shared header parser accepts it.
+module registers the codec family id so the shared header parser accepts it.
 """
 
 from __future__ import annotations
@@ -42,7 +42,7 @@ from algorithms.codecs import (
     unpack_bits,
 )
 
-FAMILY_NATURAL = 32  # the first wire id the codec library leaves to other families
+FAMILY_NATURAL = 32  # the first codec family id the codec library leaves to other families
 
 
 def exponent_range(dtype: torch.dtype) -> tuple[int, int]:

@@ -12,7 +12,7 @@ broadcasts the ``P`` float32 scalars (tag ``scalars``).  Masks and positions
 are recomputed on every stage from the sequence length (batches are never
 padded), so they never cross.
 
-The closed forms below are written from the wire layouts in
+The closed forms below are written from the payload layouts in
 ``algorithms.codecs`` (header ``h0``, scales, positions, packed values) and
 checked against the Comm meter's count of the real payloads.
 """

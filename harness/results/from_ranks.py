@@ -2,7 +2,9 @@
 
 Aggregation rules (stated once, used by every algorithm):
 * payload bytes / messages per step: all ranks' *sent* totals in the measured
-  window, divided by the number of steps;
+  window, divided by the number of steps (framing apart, as framing bytes);
+* wire bytes per step (``net="netns"`` runs only): the ranks' interface tx
+  counters, summed, and their ratio to payload plus framing;
 * peak memory: the maximum over ranks;
 * step time: the median step of the slowest rank;
 * throughput: tokens (or samples) consumed per step over that step time;
