@@ -1,6 +1,6 @@
 """Result records: schema ``commbench.result/1`` and its validation.
 
-One JSON file per run (see DESIGN.md, "Result record")::
+One JSON file per run::
 
     {"schema": "commbench.result/1", "algorithm": ..., "config": {...},
      "world_size": 2, "backend": "gloo", "model": "tiny-opt", "data": ..., "steps": 20,
