@@ -17,8 +17,8 @@ from checks._gloo import run_gloo
 from harness.config import ConfigError
 from harness.launcher import run
 from harness.models import PRESETS
-from harness.record import build_record
 from harness.registry import make_config
+from harness.results.from_ranks import build_record
 
 COMMON = dict(model="tiny-opt", data="wiki-en", steps=3, seed=7, batch_size=4, seq_len=16, micro_batches=2)
 IDENTITY = {"fwd": "identity", "bwd": "identity"}

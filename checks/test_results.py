@@ -15,7 +15,6 @@ import torch
 from hypothesis import given
 from hypothesis import strategies as st
 
-from harness import results as R
 from harness.results import (
     REQUIRED_METRICS,
     SCHEMA,
@@ -23,6 +22,8 @@ from harness.results import (
     ResultError,
     ResultRecord,
     env_info,
+    environment,
+    files,
     params_sha256,
     params_sha256_of_model,
     read_result,
@@ -367,7 +368,7 @@ def test_atomic_write_failure_during_serialisation(tmp_path, monkeypatch):
         fh.write(json.dumps(obj)[:40])
         raise RuntimeError("disk on fire")
 
-    monkeypatch.setattr(R.json, "dump", half_then_fail)
+    monkeypatch.setattr(files.json, "dump", half_then_fail)
     with pytest.raises(RuntimeError, match="disk on fire"):
         write_result(make_record(algorithm="new"), p)
     monkeypatch.undo()
@@ -383,7 +384,7 @@ def test_atomic_write_failure_in_os_calls(tmp_path, monkeypatch, target):
     def boom(*a, **k):
         raise OSError(28, "No space left on device")
 
-    monkeypatch.setattr(R.os, target, boom)
+    monkeypatch.setattr(files.os, target, boom)
     with pytest.raises(OSError, match="No space left"):
         write_result(make_record(algorithm="new"), p)
     monkeypatch.undo()
@@ -487,7 +488,7 @@ def test_env_info_fields():
 
 @pytest.mark.skipif(shutil.which("git") is None, reason="git not installed")
 def test_git_sha_clean_dirty_and_not_a_checkout(tmp_path):
-    assert R._git_sha(tmp_path) is None
+    assert environment._git_sha(tmp_path) is None
     env = {**os.environ, "GIT_CONFIG_GLOBAL": os.devnull, "GIT_CONFIG_NOSYSTEM": "1"}
 
     def git(*args):
@@ -496,16 +497,16 @@ def test_git_sha_clean_dirty_and_not_a_checkout(tmp_path):
                               capture_output=True, text=True).stdout.strip()
 
     git("init", "-q")
-    assert R._git_sha(tmp_path) is None  # no commit yet
+    assert environment._git_sha(tmp_path) is None  # no commit yet
     (tmp_path / "f.txt").write_text("1")
     git("add", "f.txt")
     git("commit", "-q", "-m", "x")
     head = git("rev-parse", "HEAD")
-    assert R._git_sha(tmp_path) == head
+    assert environment._git_sha(tmp_path) == head
     (tmp_path / "untracked.txt").write_text("u")
-    assert R._git_sha(tmp_path) == head
+    assert environment._git_sha(tmp_path) == head
     (tmp_path / "f.txt").write_text("2")
-    assert R._git_sha(tmp_path) == head + "-dirty"
+    assert environment._git_sha(tmp_path) == head + "-dirty"
     sub = tmp_path / "pkg"
     sub.mkdir()
-    assert R._git_sha(sub) is None  # inside some other checkout: not ours
+    assert environment._git_sha(sub) is None  # inside some other checkout: not ours

@@ -399,7 +399,7 @@ def test_write_table_keeps_old_file_on_failure(tmp_path, monkeypatch):
     t = records_to_table([record()])
     p = write_table(t, tmp_path / "t.md")
     before = p.read_bytes()
-    import harness.results as R
+    import harness.results.files as R
 
     def boom(*a, **k):
         raise OSError(5, "I/O error")

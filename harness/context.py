@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 
 import torch
 
-from . import meters
+from . import rank_meters
 from .comm import Comm, MeterSnapshot
 from .config import RunConfig, parse_fault
 
@@ -34,13 +34,13 @@ class RankOutput:
     peak_memory_bytes: int
     peak_memory_growth_bytes: int  # peak minus what was in use when the window opened
     peak_memory_reset: bool
-    sent_bytes: int
+    sent_bytes: int  # payload, as the Comm's byte meter counts it (glossary: harness.comm)
     sent_messages: int
     received_bytes: int
     framing_bytes: int
     bytes_by_tag: dict[str, tuple[int, int]]
     tokens_per_step: int
-    wire_tx_bytes: int | None = None
+    wire_tx_bytes: int | None = None  # kernel interface counters, net="netns" runs only
     wire_rx_bytes: int | None = None
     extra: dict[str, tuple[float, str]] = field(default_factory=dict)
 
@@ -58,13 +58,13 @@ class RankContext:
         self.extra: dict[str, tuple[float, str]] = {}  # name -> (value, unit)
         self.tokens_per_step = 0
         self._progress = progress
-        self._timer = meters.StepTimer(self.device)
+        self._timer = rank_meters.StepTimer(self.device)
         self._snap0: MeterSnapshot | None = None
         self._window: MeterSnapshot | None = None
         self._wire0: tuple[int, int] | None = None
         self._wire: tuple[int, int] | None = None
         self._reset_ok = False
-        self._netif = meters.netif_from_env()
+        self._netif = rank_meters.netif_from_env()
         self._fault = parse_fault(cfg.inject_fault, cfg.world_size) if cfg.inject_fault else None
 
     @property
@@ -97,10 +97,10 @@ class RankContext:
     def _open_window(self) -> None:
         self.comm.barrier()
         if self._netif:
-            self._wire0 = meters.interface_bytes(self._netif)
+            self._wire0 = rank_meters.interface_bytes(self._netif)
         self._snap0 = self.comm.meter.snapshot()
-        self._reset_ok = meters.reset_peak_memory(self.device)
-        self._mem0 = meters.current_memory_bytes(self.device)
+        self._reset_ok = rank_meters.reset_peak_memory(self.device)
+        self._mem0 = rank_meters.current_memory_bytes(self.device)
 
     def _close_window(self) -> None:
         self._window = self.comm.meter.snapshot() - self._snap0
@@ -108,14 +108,14 @@ class RankContext:
         # barrier, so shaped queues have drained into the interface counters.
         self.comm.barrier()
         if self._netif:
-            tx, rx = meters.interface_bytes(self._netif)
+            tx, rx = rank_meters.interface_bytes(self._netif)
             self._wire = (tx - self._wire0[0], rx - self._wire0[1])
 
     def finish(self, params: Iterable[tuple[int, torch.Tensor]]) -> RankOutput:
         if self._window is None:
             raise RuntimeError("ctx.finish() before the ctx.steps() loop completed")
         sent_b, sent_m = self._window.total("sent")
-        peak = meters.peak_memory_bytes(self.device)
+        peak = rank_meters.peak_memory_bytes(self.device)
         recv_b, _ = self._window.total("received")
         return RankOutput(
             rank=self.rank,

@@ -66,7 +66,7 @@ def rank_program(cfg: RunConfig, comm, progress: ProgressFn | None = None) -> Ra
 # ---------------------------------------------------------------------------
 def run(cfg: RunConfig, *, progress: ProgressFn | None = None):
     """Run ``cfg`` and return its ResultRecord (not written anywhere)."""
-    from .record import build_record
+    from .results.from_ranks import build_record
 
     validate(cfg)
     if cfg.backend == "threads":

@@ -24,8 +24,8 @@ def run_rank(cfg: RunConfig, out: Path | None, run_dir: Path | None = None):
     from .comm.torchdist import TorchDistComm, init_process_group_from_env
     from .context import set_rank_threads
     from .launcher import rank_program
-    from .record import build_record
     from .results import write_result
+    from .results.from_ranks import build_record
 
     set_rank_threads(cfg.threads_per_rank)
     init_process_group_from_env(cfg.backend, cfg.timeout_s)

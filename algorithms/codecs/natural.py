@@ -6,7 +6,7 @@ Every entry ``t != 0`` becomes a signed power of two that brackets it: with
 and ``Var = (|t| - 2^a)(2^(a+1) - |t|) <= |t|^2 / 8`` (the maximum ratio is at
 ``|t| = 4/3 2^a``).  Hence unbiased with ``ω = sqrt(1/8)``.
 
-Wire: one code per entry, ``sign << E | e`` packed at ``1 + E`` bits, where
+Payload body: one code per entry, ``sign << E | e`` packed at ``1 + E`` bits, where
 ``e = 0`` means zero and ``e = a - emin + 1`` otherwise, and ``E`` is the
 exponent width of the input dtype: 1 + 8 = 9 bits for float32 / bfloat16,
 1 + 5 = 6 bits for float16 (the paper's 37.5 %), 1 + 11 = 12 for float64.

@@ -1,4 +1,4 @@
-"""What crosses the parameter server's wire, as real bytes, with the paper's bit counts beside.
+"""The parameter server's message layouts: real payload bytes, with the paper's bit counts beside.
 
 Every message is a 1-D uint8 payload; :class:`Msg` keeps the payload together
 with the number of bits the paper charges for it (spec seed-double-quant §1.3, §2.5):

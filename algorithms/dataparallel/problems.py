@@ -10,7 +10,7 @@ All data is real and offline, from the scikit-learn wheel (no download):
 * ``logreg-digits``: digits, 1797 × 64 pixels / 16 + bias, label "digit ≥ 5" as ±1;
 * ``mlp-digits``: digits, the paper's 784-100-10 ReLU MLP shape at the digits'
   64-100-10 (d = 7510), softmax cross-entropy.  (The paper uses MNIST; real
-  28×28 MNIST / Fashion-MNIST is not pip-installable, see specs/offline-data.md.)
+  28×28 MNIST / Fashion-MNIST is not pip-installable.)
 
 Gradients are written out by hand (no autograd) so a worker's gradient is a
 pure, fast function of (x, indices); the full gradient is assembled from the

@@ -1,6 +1,6 @@
-"""Stage optimisers: torch SGD / AdamW and the paper's momentum and Adam (eq. 3 and 107).
+"""Stage optimisers: torch SGD / AdamW and Clapping's momentum and Adam (eq. 3 and 107).
 
-The paper's conventions differ from torch's (spec §2.5, §2.7): its momentum
+The paper's conventions differ from torch's (Algorithms 4 and 5): its momentum
 ``m`` weights the *new* gradient, ``ũ = (1 - m) ũ + m g`` (an EMA starting at
 0), and its Adam has ``β`` on the new term, ``ε`` inside the square root and no
 bias correction.  Every update is per tensor, so any split of the model into

@@ -1,14 +1,16 @@
-"""The paper's E = 2 logistic-regression toy (App. I.1, Fig. 5), single-process simulator.
+"""Clapping's E = 2 logistic-regression toy (App. I.1, Fig. 5), single-process simulator.
 
 Worker 1 holds ``(w, b)`` and computes ``y_1 = -ζ (ξᵀw + b)`` per sample;
 worker 2 computes ``ln(1 + e^{ỹ_1})``; the regulariser ``C_r(‖w‖² + b²)``
-is computed on worker 1 (spec A13.8).  Only the forward link is compressed
-(A13.7), by the *relative* noise compressor ``C(z) = z ⊙ (1 + δ)``,
-``δ ~ U(-0.2, 0.2)`` (A13.6: additive noise would make EF a no-op).  The
-backward message ``σ(ỹ_1)`` is exact.  Momentum is the paper's EMA with
-``m = 0.1`` (A10), the step halves at every quarter of T and the momentum
-buffer is cleared then (A13.4).  ``N = 10 000``, labels from a random
-teacher (A13.1–2), features ``ξ* + ε`` with std 0.5 and 0.3 (A13.3).
+is computed on worker 1, which holds ``w``.  Only the forward link is
+compressed, by the *relative* noise compressor ``C(z) = z ⊙ (1 + δ)``,
+``δ ~ U(-0.2, 0.2)`` (the paper's additive ``y + δ`` would make EF a no-op:
+EF would then send exactly what direct compression sends).  The backward
+message ``σ(ỹ_1)`` is exact.  Momentum is the paper's EMA (Algorithm 4), its
+"moving average 0.9" being ``m = 0.1``.  Where App. I.1 is silent the
+choices are ours: the step halves at every quarter of T and the momentum
+buffer is cleared then; ``N = 10 000``, labels from a random teacher,
+features ``ξ* + ε`` with std (not variance) 0.5 and 0.3.
 
 Variants: ``none``, ``direct`` (ỹ = C(y)), ``ef`` (Clapping-FC with p = 1,
 i.e. EF21), ``fc`` and ``fu`` (lazy sampling with probability ``p``, batch-wise).

@@ -1,4 +1,4 @@
-"""DistZO2 (seed-distzo2 §3): ZO2 on several ranks, only scalars on the wire.
+"""DistZO2 (DistZO2 paper §4-§6): ZO2 on several ranks, only scalars sent.
 
 One rank program covers every mode.  The world is a ``groups x pair`` mesh,
 rank ``r`` at ``(b, s) = divmod(r, pair)`` (PertP inner, the paper's layout):
@@ -17,13 +17,13 @@ float32 — so every rank applies the identical deferred update.  Seeds are
 derived from ``(run seed, step)`` (zero bytes).  With one group this is
 exactly MeZO's ``g``; with K equal shards it is the mean of the shards'
 estimates, which single-device MeZO on the concatenated batch equals when it
-averages the per-shard scalars the same way (the spec's definition; the
+averages the per-shard scalars the same way (the paper's DDP, §5; the
 whole-batch loss differs in rounding only).
 
 Perturbation restore is the shared ``exact`` / ``inplace`` Perturber: every
 rank walks *all* evaluation points and restores the same way, whatever subset
-it computes, so ranks never diverge (the spec's forbidden own-sign restore is
-not offered).
+it computes, so ranks never diverge (restoring only one's own sign would let
+them drift apart by an ulp here and there, so it is not offered).
 """
 
 from __future__ import annotations

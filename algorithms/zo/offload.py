@@ -1,7 +1,7 @@
 """Block offloading for ZO2 / DistZO2: host master copy, device slots, a logged schedule.
 
 Every offloaded transformer block lives on the host as one flat buffer (the
-"bucket" layout, seed-distzo2 §2.4), padded to ``n * ceil(M / n)`` so it cuts
+"bucket" layout, DistZO2 paper App. B.2), padded to ``n * ceil(M / n)`` so it cuts
 into ``n`` equal slices.  While a block is in use its parameters are views
 into one of ``budget`` device slots; while it is not, they are empty tensors,
 so a forward that touches an offloaded block fails loudly instead of quietly
@@ -11,7 +11,7 @@ Transfers:
 
 * plain: upload copies the whole block host -> device (``h2d``), offload copies
   it back (``d2h``);
-* sliced (DistZO2 §3.4): rank ``r`` keeps only slice ``r`` of each block on the
+* sliced (DistZO2 paper §6.1): rank ``r`` keeps only slice ``r`` of each block on the
   host, uploads that slice and all-gathers the others from its peers over the
   Comm (``d2d``, metered by the Comm under tag ``zo2.gather``); offload writes
   back only slice ``r``.  Every rank holds the same block after the gather

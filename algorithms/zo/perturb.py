@@ -2,8 +2,8 @@
 
 MeZO draws z from a global generator walked over ``named_parameters()``, so z
 depends on the order and on which tensors a process holds; the SparQ paper's
-Perturb/Update resets the *same* seed on every node, which correlates the
-nodes' perturbations (seed-sparq §7 A4).  Here every parameter tensor gets its
+Perturb/Update (Algorithms 1-3) resets the *same* seed on every node, which
+correlates the nodes' perturbations.  Here every parameter tensor gets its
 own generator, seeded with ``mix64("z", seed, global_index)``, where the global
 index is the tensor's position in the unsplit model: z is then the same
 whether a tensor sits in a one-process model or in any pipeline stage, on any
@@ -11,7 +11,7 @@ rank, process or backend.  z is drawn in float32 on the CPU and then cast and
 moved, so a float64 or CUDA run sees exactly the float32 CPU values.
 
 The step seeds follow a shared schedule ``s_{t,i} = mix64("step", run_seed,
-t, i)``: every node computes them locally, so no seed crosses the wire.
+t, i)``: every node computes them locally, so no seed is ever sent.
 
 :class:`Perturber` applies ``x <- x + c z`` in place.  Two restore modes:
 

@@ -7,8 +7,8 @@
 device-pool copy and "NVLink" the Comm all-gather of the sliced transfer, both
 timed inside the run (:class:`~.offload.BlockOffloader` accumulates bytes and
 seconds per link).  The paper adds the two stages (Eq. 3); across blocks they
-pipeline, so the steady state is their max (seed-distzo2 §5.2) — both are
-reported.  This is a model evaluated at measured rates, never a measurement.
+pipeline, so the steady state is their max (Eq. 3 is one block's latency) —
+both are reported.  This is a model evaluated at measured rates, never a measurement.
 """
 
 from __future__ import annotations

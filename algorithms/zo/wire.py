@@ -15,7 +15,7 @@ padded), so they never cross.
 
 Each message kind crosses through its own
 :class:`~algorithms.codecs.channel.Channel` (the compressed pipelines' channel
-abstraction).  The closed forms below are written from the wire layouts in
+abstraction).  The closed forms below are written from the payload layouts in
 ``algorithms.codecs`` (header ``h0``, scales, positions, packed values) and
 checked against the Comm meter's count of the real payloads.
 """

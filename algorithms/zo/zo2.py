@@ -5,7 +5,7 @@
 update of the previous step (``x <- x - lr/P sum g_i z_i``), then walks the
 step's evaluation points (:func:`~.estimator.walk`), advancing every
 evaluation's hidden state through that module.  A block therefore crosses the
-host link once per step in each direction (seed-distzo2 §2.3): the update of
+host link once per step in each direction (DistZO2 paper, Algorithm 3): the update of
 step t cannot be applied at step t because the blocks are already back on the
 host when ``g_t`` is known.
 
@@ -44,7 +44,7 @@ from .perturb import Perturber, zo_update
 class ZO2Params(ZOParams):
     difference: str = "central"  # the paper's estimator (Eq. 1)
     budget: int = 3  # device slots for blocks: offloading i-1, computing i, uploading i+1
-    sliced: bool = False  # DistZO2 §3.4: host slice per rank + all-gather of the rest
+    sliced: bool = False  # DistZO2 paper §6.1: host slice per rank + all-gather of the rest
     same_batch: bool = False  # DDP / 2D: every group reads the whole batch (equivalence checks)
 
     def __post_init__(self):

@@ -3,7 +3,7 @@
 Rank programs are SPMD functions that call ``send``/``recv`` with serialized
 payloads (1-D uint8 tensors: real bytes, e.g. a codec's output) and the
 numeric collectives ``broadcast``/``all_reduce``/``all_gather`` on tensors of
-a shape every rank knows.  Every operation is metered (see ``meter``) and has
+a shape every rank knows.  Every operation is metered (see ``byte_meter``) and has
 a timeout; a dead or stuck peer raises ``CommError`` instead of hanging.
 
 Backends implement five raw primitives; everything else (metering, latency
@@ -20,7 +20,7 @@ from abc import ABC, abstractmethod
 
 import torch
 
-from .meter import FRAME_HEADER_BYTES, ByteMeter, Flow
+from .byte_meter import FRAME_HEADER_BYTES, ByteMeter, Flow
 
 
 class CommError(RuntimeError):

@@ -1,4 +1,4 @@
-"""Meters: synchronised wall time, peak memory, kernel interface byte counters.
+"""Rank-local meters: synchronised wall time, peak memory, kernel interface byte counters.
 
 Peak memory on CPU is the process's resident-set high-water mark, reset at
 the start of the measured window by writing 5 to /proc/self/clear_refs (Linux;
@@ -69,7 +69,7 @@ def current_memory_bytes(device=None) -> int:
 
 
 def interface_bytes(ifname: str) -> tuple[int, int]:
-    """(tx_bytes, rx_bytes) of a network interface of this process's namespace."""
+    """(tx_bytes, rx_bytes) of a network interface of this process's namespace (wire bytes)."""
     base = f"/sys/class/net/{ifname}/statistics"
     with open(f"{base}/tx_bytes") as f:
         tx = int(f.read())

@@ -2,7 +2,9 @@
 
 Aggregation rules (stated once, used by every algorithm):
 * payload bytes / messages per step: all ranks' *sent* totals in the measured
-  window, divided by the number of steps;
+  window, divided by the number of steps (framing apart, as framing bytes);
+* wire bytes per step (``net="netns"`` runs only): the ranks' interface tx
+  counters, summed, and their ratio to payload plus framing;
 * peak memory: the maximum over ranks;
 * step time: the median step of the slowest rank;
 * throughput: tokens (or samples) consumed per step over that step time;
@@ -20,9 +22,11 @@ import statistics
 
 import torch
 
-from .config import RunConfig
-from .context import RankOutput
-from .results import Metric, ResultRecord, env_info, params_sha256
+from ..config import RunConfig
+from ..context import RankOutput
+from .environment import env_info
+from .fingerprint import params_sha256
+from .schema import Metric, ResultRecord
 
 
 def _merge_params(outputs: list[RankOutput]) -> list[tuple[int, torch.Tensor]]:
@@ -38,7 +42,7 @@ def _merge_params(outputs: list[RankOutput]) -> list[tuple[int, torch.Tensor]]:
 
 
 def build_record(cfg: RunConfig, outputs: list[RankOutput]) -> ResultRecord:
-    from .data import get_dataset
+    from ..data import get_dataset
 
     steps = cfg.steps
     sent = sum(o.sent_bytes for o in outputs)

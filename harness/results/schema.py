@@ -1,6 +1,6 @@
-"""Result records: schema ``commbench.result/1``, validated I/O and run fingerprints.
+"""Result records: schema ``commbench.result/1`` and its validation.
 
-One JSON file per run (see DESIGN.md, "Result record")::
+One JSON file per run::
 
     {"schema": "commbench.result/1", "algorithm": ..., "config": {...},
      "world_size": 2, "backend": "gloo", "model": "tiny-opt", "data": ..., "steps": 20,
@@ -10,27 +10,17 @@ One JSON file per run (see DESIGN.md, "Result record")::
 plus the optional keys ``data_kind`` ("real" | "synthetic"), ``history``
 (name -> per-step list) and ``created`` (ISO 8601 time).
 
-Files are written atomically (temp file in the same directory, fsync,
-``os.replace``) and validated when read: a corrupt, truncated or foreign file
-raises :class:`ResultError` with the file name and a one-line reason.
+A record is validated whole: an invalid field raises :class:`ResultError`
+naming its source and giving a one-line reason.
 """
 
 from __future__ import annotations
 
 import datetime as _dt
-import hashlib
-import importlib.metadata
-import json
 import math
 import os
-import platform
-import socket
-import subprocess
-import tempfile
-from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
-from pathlib import Path
-from typing import IO, Any
+from typing import Any
 
 SCHEMA = "commbench.result/1"
 
@@ -361,234 +351,3 @@ class ResultRecord:
 
 def _src(source: str | os.PathLike | None) -> str:
     return "<result>" if source is None else os.fspath(source)
-
-
-# --------------------------------------------------------------------------- file I/O
-
-
-def atomic_write(path: str | os.PathLike, write: str | Callable[[IO[str]], None]) -> Path:
-    """Write text to ``path`` atomically.
-
-    ``write`` is the text itself or a function that writes into the open file.
-    The data go to a temp file in the same directory, are flushed and fsynced,
-    then ``os.replace`` moves the file into place: readers see the old file or
-    the new one, never a part. On any failure the temp file is removed and the
-    old file (if any) is left untouched. Parent directories are created.
-    """
-    path = Path(path)
-    parent = path.parent
-    parent.mkdir(parents=True, exist_ok=True)
-    try:
-        mode = path.stat().st_mode & 0o777
-    except FileNotFoundError:
-        mode = 0o644
-    fd, tmp = tempfile.mkstemp(dir=parent, prefix=f".{path.name}.", suffix=".tmp")
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8", newline="") as fh:
-            if callable(write):
-                write(fh)
-            else:
-                fh.write(write)
-            fh.flush()
-            os.fsync(fh.fileno())
-        os.chmod(tmp, mode)
-        os.replace(tmp, path)
-    except BaseException:
-        try:
-            os.unlink(tmp)
-        except FileNotFoundError:
-            pass
-        raise
-    try:  # make the rename itself durable; not possible on every platform
-        dfd = os.open(parent, os.O_RDONLY)
-    except OSError:
-        return path
-    try:
-        os.fsync(dfd)
-    except OSError:
-        pass
-    finally:
-        os.close(dfd)
-    return path
-
-
-def write_result(record: ResultRecord, path: str | os.PathLike) -> Path:
-    """Validate ``record`` and write it atomically as JSON to ``path``; returns the path."""
-    try:
-        d = record.to_dict()
-    except ResultError as exc:
-        raise ResultError(str(exc).replace("<record>", os.fspath(path), 1)) from None
-
-    def _dump(fh: IO[str]) -> None:
-        json.dump(d, fh, indent=2, allow_nan=False, ensure_ascii=False)
-        fh.write("\n")
-
-    return atomic_write(path, _dump)
-
-
-def _reject_constant(name: str) -> Any:
-    raise ValueError(f"non-finite number {name} (not valid JSON)")
-
-
-def read_result(path: str | os.PathLike) -> ResultRecord:
-    """Read and validate one result file; raise :class:`ResultError` for any problem."""
-    src = os.fspath(path)
-    try:
-        raw = Path(path).read_bytes()
-    except FileNotFoundError:
-        raise ResultError(f"{src}: no such file") from None
-    except IsADirectoryError:
-        raise ResultError(f"{src}: is a directory, not a result file") from None
-    except OSError as exc:
-        raise ResultError(f"{src}: cannot read ({exc.strerror or exc})") from None
-    if not raw.strip():
-        raise ResultError(f"{src}: empty file, not a commbench result")
-    try:
-        text = raw.decode("utf-8")
-    except UnicodeDecodeError as exc:
-        raise ResultError(f"{src}: not UTF-8 text (byte {exc.start}); not a commbench result") \
-            from None
-    try:
-        d = json.loads(text, parse_constant=_reject_constant)
-    except json.JSONDecodeError as exc:
-        raise ResultError(f"{src}: truncated or invalid JSON at line {exc.lineno} "
-                          f"column {exc.colno} ({exc.msg})") from None
-    except ValueError as exc:
-        raise ResultError(f"{src}: {exc}") from None
-    except RecursionError:
-        raise ResultError(f"{src}: JSON nested too deeply") from None
-    return ResultRecord.from_dict(d, source=src)
-
-
-def read_results(paths_or_dirs: str | os.PathLike | Iterable[str | os.PathLike]
-                 ) -> list[ResultRecord]:
-    """Read several results; a directory contributes its ``*.json`` files, sorted by name.
-
-    Hidden files (temp files of writes in progress among them) are skipped.
-    """
-    if isinstance(paths_or_dirs, (str, os.PathLike)):
-        paths_or_dirs = [paths_or_dirs]
-    out: list[ResultRecord] = []
-    for p in paths_or_dirs:
-        p = Path(p)
-        if p.is_dir():
-            files = sorted(f for f in p.glob("*.json")
-                           if f.is_file() and not f.name.startswith("."))
-            out.extend(read_result(f) for f in files)
-        else:
-            out.append(read_result(p))
-    return out
-
-
-# --------------------------------------------------------------------------- fingerprints
-
-
-def params_sha256(params: Iterable[tuple[int, Any]]) -> str:
-    """SHA-256 of a whole model's parameters as float32 little-endian bytes.
-
-    ``params`` yields ``(global_index, tensor)`` pairs, where the global index is
-    the parameter's position in the unsplit model's ``named_parameters()``; they
-    may come in any order (for instance gathered from pipeline stages). The
-    indices must be exactly 0..N-1, each once: a missing stage or a duplicated
-    parameter raises ValueError instead of producing a plausible hash.
-    Tensors of any floating dtype are cast to float32 first.
-    """
-    import torch
-
-    by_index: dict[int, Any] = {}
-    for item in params:
-        try:
-            idx, t = item
-        except (TypeError, ValueError):
-            raise ValueError(f"params must yield (global_index, tensor) pairs, got {item!r}") \
-                from None
-        if not _is_int(idx):
-            raise ValueError(f"global parameter index must be an int, not {_tname(idx)}")
-        if idx in by_index:
-            raise ValueError(f"global parameter index {idx} appears more than once")
-        if not isinstance(t, torch.Tensor):
-            raise ValueError(f"parameter {idx} is a {_tname(t)}, not a torch.Tensor")
-        if t.is_complex():
-            raise ValueError(f"parameter {idx} is complex; params_sha256 hashes real tensors")
-        by_index[idx] = t
-    if not by_index:
-        raise ValueError("no parameters to hash")
-    n = len(by_index)
-    if min(by_index) < 0:
-        raise ValueError(f"negative global parameter index {min(by_index)}")
-    if max(by_index) != n - 1:
-        missing = sorted(set(range(max(by_index) + 1)) - set(by_index))
-        shown = ", ".join(map(str, missing[:10])) + (", ..." if len(missing) > 10 else "")
-        raise ValueError(f"global parameter indices are not 0..{max(by_index)}: missing {shown}")
-    h = hashlib.sha256()
-    with torch.no_grad():
-        for i in range(n):
-            t = by_index[i].detach().to(device="cpu", dtype=torch.float32).contiguous()
-            h.update(t.numpy().astype("<f4", copy=False).tobytes())
-    return h.hexdigest()
-
-
-def params_sha256_of_model(model: Any) -> str:
-    """:func:`params_sha256` of an unsplit ``torch.nn.Module`` (``named_parameters()`` order)."""
-    return params_sha256(enumerate(p for _, p in model.named_parameters()))
-
-
-# --------------------------------------------------------------------------- environment
-
-
-def _git_sha(repo_root: Path) -> str | None:
-    """HEAD of the checkout holding this package, ``-dirty`` if tracked files changed."""
-    env = {k: v for k, v in os.environ.items() if not k.startswith("GIT_")}
-
-    def git(*args: str) -> str | None:
-        try:
-            r = subprocess.run(["git", "-C", str(repo_root), *args], capture_output=True,
-                               text=True, timeout=10, env=env, check=False)
-        except (OSError, subprocess.SubprocessError):
-            return None
-        return r.stdout.strip() if r.returncode == 0 else None
-
-    top = git("rev-parse", "--show-toplevel")
-    # An installed copy may sit inside some other repository (a venv in a checkout):
-    # only report a sha when the checkout's root is this package's own source root.
-    if not top or Path(top).resolve() != repo_root.resolve():
-        return None
-    sha = git("rev-parse", "HEAD")
-    if not sha:
-        return None
-    status = git("status", "--porcelain", "--untracked-files=no")
-    if status is None:
-        return sha
-    return sha + ("-dirty" if status else "")
-
-
-def env_info(device: Any = None) -> dict[str, Any]:
-    """Where and with what a run happened: versions, device, git sha, host, date."""
-    import torch
-
-    try:
-        version = importlib.metadata.version("commbench")
-    except importlib.metadata.PackageNotFoundError:
-        version = "0+unknown"
-    if device is None:
-        device = "cuda" if torch.cuda.is_available() else "cpu"
-    dev = torch.device(device)
-    if dev.type == "cuda":
-        try:
-            device_name = torch.cuda.get_device_name(dev)
-        except Exception:  # noqa: BLE001 - a description must never fail a run
-            device_name = "cuda"
-    else:
-        device_name = dev.type
-    return {
-        "commbench": version,
-        "torch": torch.__version__,
-        "cuda": torch.version.cuda,
-        "python": platform.python_version(),
-        "device": device_name,
-        "git_sha": _git_sha(Path(__file__).resolve().parent.parent),
-        "hostname": socket.gethostname(),
-        "platform": platform.platform(),
-        "cpu_count": os.cpu_count(),
-        "date": _now_iso(),
-    }

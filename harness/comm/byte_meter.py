@@ -1,4 +1,4 @@
-"""Byte meter: counts what a rank really puts on the wire.
+"""Byte meter: the payload bytes and messages a rank sends and receives through the Comm.
 
 Every Comm operation reports here the length of the serialized payload it
 sends and receives.  Counting conventions (the same on every backend):
@@ -20,7 +20,7 @@ import threading
 from collections import defaultdict
 from dataclasses import dataclass
 
-FRAME_HEADER_BYTES = 16  # int64 length + int64 tag hash, see comm.base
+FRAME_HEADER_BYTES = 16  # int64 length + int64 tag hash, see comm.torchdist
 
 
 @dataclass(frozen=True)

@@ -1,0 +1,28 @@
+"""Result records of runs, split by concern.
+
+* :mod:`.schema`: the record (``commbench.result/1``), its metrics and validation;
+* :mod:`.files`: atomic writes and validating reads of result files;
+* :mod:`.fingerprint`: ``params_sha256``, the hash that runs meant to agree must share;
+* :mod:`.environment`: ``env_info``, where and with what a run happened;
+* :mod:`.from_ranks`: ``build_record``, one record from the ranks' outputs (import it
+  from there: it needs torch and the run context, which the others do not).
+"""
+
+from .environment import env_info
+from .files import atomic_write, read_result, read_results, write_result
+from .fingerprint import params_sha256, params_sha256_of_model
+from .schema import (
+    DATA_KINDS,
+    REQUIRED_METRICS,
+    SCHEMA,
+    THROUGHPUT_METRICS,
+    Metric,
+    ResultError,
+    ResultRecord,
+)
+
+__all__ = [
+    "DATA_KINDS", "REQUIRED_METRICS", "SCHEMA", "THROUGHPUT_METRICS", "Metric", "ResultError",
+    "ResultRecord", "atomic_write", "env_info", "params_sha256", "params_sha256_of_model",
+    "read_result", "read_results", "write_result",
+]
