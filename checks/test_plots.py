@@ -7,7 +7,14 @@ import math
 
 import pytest
 
-from harness.plots import SKIPPED, Curve, note, plot_bandwidth, plot_codec_sizes, plot_loss_curves
+from harness.reporting.plots import (
+    SKIPPED,
+    Curve,
+    note,
+    plot_bandwidth,
+    plot_codec_sizes,
+    plot_loss_curves,
+)
 
 PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
 

@@ -9,7 +9,7 @@ from collections import defaultdict
 
 from harness.experiments.scaling import Run, measure, plan, plot, rows_for, tables_for
 from harness.registry import make_config
-from harness.tables import render
+from harness.reporting import render
 
 
 def test_plan_has_three_sizes_and_two_world_sizes_per_family():

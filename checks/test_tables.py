@@ -13,8 +13,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 from rich.console import Console
 
-from harness.results import Metric, ResultRecord
-from harness.tables import (
+from harness.reporting import (
     FORMATS,
     Column,
     Table,
@@ -32,6 +31,7 @@ from harness.tables import (
     with_reference,
     write_table,
 )
+from harness.results import Metric, ResultRecord
 
 SHA_A = "0123456789abcdef" * 4
 SHA_B = "fedcba9876543210" * 4

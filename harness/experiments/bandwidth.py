@@ -14,9 +14,9 @@ from pathlib import Path
 
 from harness.config import parse_rate
 from harness.netns import unavailable_reason
-from harness.plots import note, plot_bandwidth
 from harness.registry import make_config
-from harness.tables import Column, Table, load_reference
+from harness.reporting import Column, Table, load_reference
+from harness.reporting.plots import note, plot_bandwidth
 
 from .registry import experiment
 from .runner import run_and_save

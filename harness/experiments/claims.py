@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from harness.tables import Column, Table
+from harness.reporting import Column, Table
 
 
 @dataclass(frozen=True)

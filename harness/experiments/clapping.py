@@ -16,9 +16,9 @@ from pathlib import Path
 from algorithms.pipeline import toy
 from algorithms.pipeline.compressed import ef_state_elements
 from harness.models import PRESETS
-from harness.plots import curve_from_record, note, plot_loss_curves
 from harness.registry import make_config
-from harness.tables import Column, Table, load_reference
+from harness.reporting import Column, Table, load_reference
+from harness.reporting.plots import curve_from_record, note, plot_loss_curves
 
 from .claims import claim
 from .registry import experiment

@@ -14,8 +14,8 @@ from pathlib import Path
 import torch
 
 from algorithms.codecs import CODECS, make_codec
-from harness.plots import note, plot_codec_sizes
-from harness.tables import Column, Table
+from harness.reporting import Column, Table
+from harness.reporting.plots import note, plot_codec_sizes
 
 from .registry import experiment
 

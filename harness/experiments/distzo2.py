@@ -14,7 +14,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from harness.registry import make_config
-from harness.tables import Column, Table, load_reference, with_reference
+from harness.reporting import Column, Table, load_reference, with_reference
 
 from .claims import claim
 from .registry import experiment

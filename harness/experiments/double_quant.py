@@ -24,9 +24,9 @@ import torch
 from algorithms.dataparallel import ps
 from algorithms.dataparallel.problems import make_problem
 from harness.launcher import run
-from harness.plots import Curve, note, plot_loss_curves
 from harness.registry import make_config
-from harness.tables import Column, Table, load_reference, with_reference
+from harness.reporting import Column, Table, load_reference, with_reference
+from harness.reporting.plots import Curve, note, plot_loss_curves
 
 from .claims import claim
 from .registry import experiment

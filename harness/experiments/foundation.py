@@ -8,7 +8,7 @@ from pathlib import Path
 
 from algorithms.pipeline.sgd import pipeline_bytes_per_step
 from harness.registry import make_config
-from harness.tables import Column, Table
+from harness.reporting import Column, Table
 
 from .registry import experiment
 from .runner import run_and_save

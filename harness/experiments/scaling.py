@@ -24,7 +24,7 @@ from pathlib import Path
 
 from harness.models import PRESETS, default_boundaries, model_info
 from harness.registry import make_config
-from harness.tables import Column, Table
+from harness.reporting import Column, Table
 
 from .registry import experiment
 from .runner import run_and_save

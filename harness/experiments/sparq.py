@@ -19,9 +19,9 @@ from __future__ import annotations
 from pathlib import Path
 
 from harness.models import PRESETS, default_boundaries
-from harness.plots import curve_from_record, note, plot_loss_curves
 from harness.registry import make_config
-from harness.tables import Column, Table, load_reference, with_reference
+from harness.reporting import Column, Table, load_reference, with_reference
+from harness.reporting.plots import curve_from_record, note, plot_loss_curves
 
 from .claims import claim
 from .registry import experiment

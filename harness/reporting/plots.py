@@ -137,7 +137,7 @@ def plot_bandwidth(rows: list[list], path: Path) -> str | None:
     plt = _pyplot()
     if plt is None:
         return None
-    from .config import parse_rate
+    from harness.config import parse_rate
 
     fig, (ax1, ax2) = plt.subplots(1, 2, figsize=(10, 4))
     for label in dict.fromkeys(r[0] for r in rows):
