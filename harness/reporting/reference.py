@@ -103,25 +103,25 @@ def with_reference(
                              f"pass table_name to choose one paper table")
         lookup[k] = r
 
-    settings = [None if (s := key_fn(d)) is None else str(s) for d in table.row_dicts()]
+    rows = table.row_dicts()
+    settings = [None if (s := key_fn(d)) is None else str(s) for d in rows]
     columns: list[Column] = []
-    col_values: list[list[Any]] = []
     sources: list[str] = []
     matched = 0
-    for j, c in enumerate(table.columns):
+    for c in table.columns:
         columns.append(c)
-        col_values.append([row[j] for row in table.rows])
         hits = [lookup.get((s, c.key)) if s is not None else None for s in settings]
         if not any(hits):
             continue
         units = {h.get("unit") or None for h in hits if h}
         unit = units.pop() if len(units) == 1 else None
-        columns.append(Column(f"paper:{c.key}", f"{c.header} (paper)", unit,
-                              c.higher_is_better, c.fmt if unit == c.unit else None))
-        col_values.append([h["value"] if h else None for h in hits])
+        paper = Column(f"paper:{c.key}", f"{c.header} (paper)", unit, c.higher_is_better,
+                       c.fmt if unit == c.unit else None)
+        columns.append(paper)
+        for row, h in zip(rows, hits, strict=True):
+            row[paper.key] = h["value"] if h else None
         matched += sum(1 for h in hits if h)
         sources += [str(h["source"]) for h in hits if h and h.get("source")]
-    rows = [list(r) for r in zip(*col_values, strict=True)] if table.rows else []
     notes = list(table.notes)
     if matched:
         srcs = list(dict.fromkeys(sources))

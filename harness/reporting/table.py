@@ -5,7 +5,7 @@ builds one from result records."""
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -52,6 +52,14 @@ class TableError(ValueError):
     """Bad table input (unknown metric, mixed units, missing or malformed reference file)."""
 
 
+class _Required:
+    def __repr__(self) -> str:
+        return "REQUIRED"
+
+
+REQUIRED: Any = _Required()  # a column without a default: every dict row names it
+
+
 @dataclass
 class Column:
     """A column: ``key`` (machine name), ``header`` (human name), unit, direction, format.
@@ -60,7 +68,8 @@ class Column:
     "number", "sha"), a format spec for :func:`format` (".3f"), a callable
     value -> str, or None to choose from the unit ("bytes" -> KiB/MiB, "s" ->
     s/ms/µs, "<x>/s" -> k/M/G, otherwise :func:`format_number`). Non-numbers
-    are shown as they are.
+    are shown as they are. ``default`` is the value of a dict row that leaves
+    the column out; without one (:data:`REQUIRED`) every row must give it.
     """
 
     key: str
@@ -68,6 +77,7 @@ class Column:
     unit: str | None = None
     higher_is_better: bool | None = None
     fmt: str | Callable[[Any], str] | None = None
+    default: Any = REQUIRED
 
     @property
     def arrow(self) -> str:
@@ -104,7 +114,13 @@ class Column:
 
 @dataclass
 class Table:
-    """Plain rows of raw values under typed columns, with a title, caption and notes."""
+    """Plain rows of raw values under typed columns, with a title, caption and notes.
+
+    A row is given as a dict keyed by :attr:`Column.key` (a key no column has,
+    or a column left out that has no default, is a :class:`TableError`), or
+    as a list in column order; either way ``rows`` holds lists in column
+    order, and :meth:`row_dicts` reads them back by key.
+    """
 
     title: str
     columns: list[Column]
@@ -117,9 +133,7 @@ class Table:
         dup = sorted({k for k in keys if keys.count(k) > 1})
         if dup:
             raise TableError(f"duplicate column key(s): {', '.join(dup)}")
-        for i, row in enumerate(self.rows):
-            if len(row) != len(self.columns):
-                raise TableError(f"row {i} has {len(row)} cells, expected {len(self.columns)}")
+        self.rows = [_in_column_order(self.columns, i, row) for i, row in enumerate(self.rows)]
 
     def column_index(self, key: str) -> int:
         for i, c in enumerate(self.columns):
@@ -150,6 +164,21 @@ class Table:
         return [{c.key: v for c, v in zip(self.columns, row, strict=True)} for row in self.rows]
 
 
+def _in_column_order(columns: list[Column], i: int, row: Mapping[str, Any] | Sequence[Any]) -> list:
+    if isinstance(row, Mapping):
+        keys = {c.key for c in columns}
+        unknown = [k for k in row if k not in keys]
+        if unknown:
+            raise TableError(f"row {i} has unknown column key(s) {', '.join(map(repr, unknown))}; "
+                             f"columns: {', '.join(c.key for c in columns)}")
+        missing = [c.key for c in columns if c.key not in row and c.default is REQUIRED]
+        if missing:
+            raise TableError(f"row {i} has no value for column key(s) {', '.join(map(repr, missing))}")
+        return [row[c.key] if c.key in row else c.default for c in columns]
+    if len(row) != len(columns):
+        raise TableError(f"row {i} has {len(row)} cells, expected {len(columns)}")
+    return row
+
 
 # --------------------------------------------------------------------------- from records
 
@@ -164,7 +193,6 @@ def _group_value(rec: ResultRecord, key: str) -> Any:
             return None
         cur = cur[part]
     return cur if isinstance(cur, (str, int, float, bool)) or cur is None else str(cur)
-
 
 
 def records_to_table(
@@ -219,26 +247,26 @@ def records_to_table(
         shown_unit = None if name == "params_sha256" else unit
         columns.append(Column(name, HEADERS.get(name, name), shown_unit, hib, format_for(name, unit)))
 
-    rows: list[list] = []
+    rows: list[dict[str, Any]] = []
     for key, recs in groups.items():
-        row: list[Any] = list(key)
+        row: dict[str, Any] = dict(zip(group_by, key, strict=True))
         if synthetic and "data_kind" not in group_by:
             kinds = {r.data_kind for r in recs}
-            row.append(kinds.pop() if len(kinds) == 1 else "mixed")
+            row["data_kind"] = kinds.pop() if len(kinds) == 1 else "mixed"
         if multi:
-            row.append(len(recs))
+            row["runs"] = len(recs)
         for name in names:
             vals = [r.metrics[name].value for r in recs if name in r.metrics]
             if not vals:
-                row.append(None)
+                row[name] = None
             elif all(is_number(v) for v in vals):
                 if len(vals) == 1 or all(v == vals[0] for v in vals):
-                    row.append(vals[0])
+                    row[name] = vals[0]
                 else:
-                    row.append(math.fsum(vals) / len(vals))
+                    row[name] = math.fsum(vals) / len(vals)
             else:
                 distinct = list(dict.fromkeys(map(str, vals)))
-                row.append(distinct[0] if len(distinct) == 1 else f"{len(distinct)} distinct")
+                row[name] = distinct[0] if len(distinct) == 1 else f"{len(distinct)} distinct"
         rows.append(row)
 
     notes: list[str] = []
