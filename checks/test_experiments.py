@@ -27,7 +27,7 @@ def test_claims_table_has_our_column_and_the_papers(tmp_path):
     table = claims_table(list(_CLAIMS))
     md = render(table, "md")
     assert "paper" in md and "ours" in md and "supported here" in md
-    assert [row[4] for row in table.rows] == ["no", "yes", "undecided"]
+    assert [row["supported"] for row in table.row_dicts()] == ["no", "yes", "undecided"]
     written = _write_tables("claims", [table], tmp_path)
     assert (tmp_path / "claims.md").exists() and (tmp_path / "claims.csv").exists()
     assert written
