@@ -8,7 +8,7 @@ import pytest
 from harness.experiments import ORDER, Claim, all_experiments, claim, claims_table, get_experiment
 from harness.experiments.claims import _CLAIMS
 from harness.experiments.runner import _write_tables
-from harness.tables import render
+from harness.reporting import render
 
 
 def test_every_paper_has_an_experiment():
@@ -27,7 +27,7 @@ def test_claims_table_has_our_column_and_the_papers(tmp_path):
     table = claims_table(list(_CLAIMS))
     md = render(table, "md")
     assert "paper" in md and "ours" in md and "supported here" in md
-    assert [row[4] for row in table.rows] == ["no", "yes", "undecided"]
+    assert [row["supported"] for row in table.row_dicts()] == ["no", "yes", "undecided"]
     written = _write_tables("claims", [table], tmp_path)
     assert (tmp_path / "claims.md").exists() and (tmp_path / "claims.csv").exists()
     assert written
@@ -37,7 +37,7 @@ def test_claims_table_has_our_column_and_the_papers(tmp_path):
 
 def test_all_runs_the_papers_and_each_paper_table_has_a_paper_column():
     from harness.experiments import Experiment, check_paper_tables
-    from harness.tables import Column, Table
+    from harness.reporting import Column, Table
 
     papers = {e.name for e in all_experiments() if e.paper}
     assert {"sparq", "distzo2", "clapping", "protocol", "double-quant"} <= papers

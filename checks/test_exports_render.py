@@ -21,7 +21,7 @@ from hypothesis import strategies as st
 
 from checks.test_tables import tables
 from harness.experiments import Claim, claims_table
-from harness.tables import REFERENCE_COLUMNS, Column, Table, load_reference, render, write_table
+from harness.reporting import REFERENCE_COLUMNS, Column, Table, load_reference, render, write_table
 
 PAPERS = ("sparq", "distzo2", "clapping", "protocol", "double-quant")
 # every character the project's own labels use that is not plain ASCII

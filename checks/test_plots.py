@@ -7,7 +7,14 @@ import math
 
 import pytest
 
-from harness.plots import SKIPPED, Curve, note, plot_bandwidth, plot_codec_sizes, plot_loss_curves
+from harness.reporting.plots import (
+    SKIPPED,
+    Curve,
+    note,
+    plot_bandwidth,
+    plot_codec_sizes,
+    plot_loss_curves,
+)
 
 PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
 
@@ -35,7 +42,7 @@ def test_loss_curves_png(tmp_path):
 
 def test_bandwidth_and_codec_pngs(tmp_path):
     pytest.importorskip("matplotlib")
-    rows = [["x", rate, 1, 1, 1.0, t, 1.0] for rate, t in (("10mbit", 2.0), ("1gbit", 0.5))]
+    rows = [{"method": "x", "bandwidth": rate, "step": t, "speedup": 1.0} for rate, t in (("10mbit", 2.0), ("1gbit", 0.5))]
     _assert_png(plot_bandwidth(rows, tmp_path / "bw.png"))
     pts = [{"codec": c, "tensor": k, "elements": n, "payload": n * b + 20, "floor": n * b}
            for c, b in (("fp32", 4), ("fp16", 2)) for k in ("gaussian", "relu") for n in (256, 1024)]
@@ -56,7 +63,7 @@ def test_codecs_experiment_covers_every_codec(codecs_table):
     from algorithms.codecs import CODECS
 
     table, out = codecs_table
-    names = {row[0].partition(":")[0] for row in table.rows}
+    names = {row["codec"].partition(":")[0] for row in table.row_dicts()}
     assert names == set(CODECS)
     note_ = table.notes[-1]
     if note_ != SKIPPED:
@@ -69,7 +76,7 @@ def test_codecs_payload_is_the_encoded_length(codecs_table):
     from harness.experiments.codecs import make_tensor
 
     table, _ = codecs_table
-    d = [dict(zip([c.key for c in table.columns], row, strict=True)) for row in table.rows]
+    d = table.row_dicts()
     for spec, kind, n in (("sparse", "relu", 16_384), ("qstoch:bits=4", "gaussian", 1024),
                           ("topk:ratio=0.1", "gaussian", 262_144)):
         row = next(r for r in d if (r["codec"], r["tensor"], r["elements"]) == (spec, kind, n))

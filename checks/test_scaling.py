@@ -9,7 +9,7 @@ from collections import defaultdict
 
 from harness.experiments.scaling import Run, measure, plan, plot, rows_for, tables_for
 from harness.registry import make_config
-from harness.tables import render
+from harness.reporting import render
 
 
 def test_plan_has_three_sizes_and_two_world_sizes_per_family():
@@ -34,18 +34,18 @@ def test_rows_match_records_and_pipeline_bytes_grow_with_stages(tmp_path):
     assert len(list((tmp_path / "runs").glob("*.json"))) == 3
     size_table, world_table = tables_for(rows_for(results), "tiny")
     assert size_table.rows == [] and len(world_table.rows) == 3
-    col = {c.key: world_table.column_index(c.key) for c in world_table.columns}
-    for row, (_, rec) in zip(world_table.rows, results, strict=True):
-        assert row[col["payload"]] == rec.metrics["payload_bytes_per_step"].value
-        assert row[col["messages"]] == rec.metrics["messages_per_step"].value
-        assert row[col["world"]] == rec.world_size
-    first = world_table.rows[0]
-    assert first[col["bytes_ratio"]] == 1 and first[col["x_ratio"]] == 1
-    payload = [r[col["payload"]] for r in world_table.rows]
+    rows = world_table.row_dicts()
+    for row, (_, rec) in zip(rows, results, strict=True):
+        assert row["payload"] == rec.metrics["payload_bytes_per_step"].value
+        assert row["messages"] == rec.metrics["messages_per_step"].value
+        assert row["world"] == rec.world_size
+    first = rows[0]
+    assert first["bytes_ratio"] == 1 and first["x_ratio"] == 1
+    payload = [r["payload"] for r in rows]
     assert payload == sorted(set(payload)), payload  # strictly: one more link per stage
     assert "scaling with world size" in render(world_table, "md")
 
-    png = plot(world_table.rows, tmp_path / "scaling.png")
+    png = plot(rows, tmp_path / "scaling.png")
     if importlib.util.find_spec("matplotlib") is None:
         assert png is None
     else:

@@ -13,8 +13,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 from rich.console import Console
 
-from harness.results import Metric, ResultRecord
-from harness.tables import (
+from harness.reporting import (
     FORMATS,
     Column,
     Table,
@@ -32,6 +31,7 @@ from harness.tables import (
     with_reference,
     write_table,
 )
+from harness.results import Metric, ResultRecord
 
 SHA_A = "0123456789abcdef" * 4
 SHA_B = "fedcba9876543210" * 4
@@ -380,6 +380,23 @@ def test_table_shape_checked():
         Table("t", [Column("a", "a"), Column("b", "b")], [[1]])
     with pytest.raises(TableError, match="duplicate column"):
         Table("t", [Column("a", "a"), Column("a", "b")], [])
+
+
+def test_dict_rows_are_keyed_by_column_and_checked():
+    cols = [Column("a", "a"), Column("b", "b", "s"), Column("c", "c", default=None)]
+    by_key = Table("t", cols, [{"b": 0.5, "a": "x", "c": 3}, {"a": "y", "b": 1.0}])
+    assert by_key.rows == [["x", 0.5, 3], ["y", 1.0, None]]  # column order, default filled in
+    assert by_key.row_dicts()[1] == {"a": "y", "b": 1.0, "c": None}
+    positional = Table("t", cols, [["x", 0.5, 3], ["y", 1.0, None]])
+    for fmt in FORMATS:
+        assert render(by_key, fmt) == render(positional, fmt)
+    with pytest.raises(TableError, match=r"row 1 has unknown column key\(s\) 'd'"):
+        Table("t", cols, [{"a": "x", "b": 0.5}, {"a": "y", "b": 1.0, "d": 2}])
+    with pytest.raises(TableError, match=r"row 0 has no value for column key\(s\) 'b'"):
+        Table("t", cols, [{"a": "x", "c": 1}])
+    with pytest.raises(TableError, match="'b'"):  # None is a value (missing cell), not a missing key
+        Table("t", cols, [{"a": None}])
+    assert Table("t", cols, [{"a": None, "b": None}]).rows == [[None, None, None]]
 
 
 @pytest.mark.parametrize("fmt", FORMATS)

@@ -1,7 +1,7 @@
 """``commbench`` command line: list, run, table, reproduce.
 
 Built on the same API a user imports (``harness.registry.make_config``,
-``harness.launcher.run``, ``harness.results``, ``harness.tables``).  This is
+``harness.launcher.run``, ``harness.results``, ``harness.reporting``).  This is
 the composition root: the only module outside ``harness.experiments`` that
 imports it (see ARCHITECTURE.md).  Every
 bad input ends with one line on stderr and a non-zero exit status.
@@ -106,8 +106,8 @@ def build_config(args):
 
 def cmd_run(args) -> int:
     from . import progress
+    from .reporting import print_table, records_to_table
     from .results import write_result
-    from .tables import print_table, records_to_table
 
     cfg = build_config(args)
     if _under_torchrun() and cfg.backend != "threads":
@@ -131,8 +131,7 @@ def cmd_run(args) -> int:
 
 # --------------------------------------------------------------------------- table
 def cmd_table(args) -> int:
-    from .results import read_results
-    from .tables import (
+    from .reporting import (
         load_reference,
         print_table,
         records_to_table,
@@ -140,6 +139,7 @@ def cmd_table(args) -> int:
         with_reference,
         write_table,
     )
+    from .results import read_results
 
     records = read_results(args.results)
     if not records:
@@ -162,7 +162,7 @@ def cmd_table(args) -> int:
 def cmd_compare(args) -> int:
     from rich.table import Table
 
-    from .compare import compare
+    from .reporting.compare import compare
 
     changes, notes = compare(args.old, args.new, args.machine)
     regressions = [c for c in changes if c.regression]
@@ -262,8 +262,8 @@ def main(argv: list[str] | None = None) -> int:
     from .comm import RankFailed
     from .config import ConfigError
     from .netns import NetnsError
+    from .reporting import TableError
     from .results import ResultError
-    from .tables import TableError
 
     try:
         args = make_parser().parse_args(argv)

@@ -14,9 +14,9 @@ from pathlib import Path
 
 from harness.config import parse_rate
 from harness.netns import unavailable_reason
-from harness.plots import note, plot_bandwidth
 from harness.registry import make_config
-from harness.tables import Column, Table, load_reference
+from harness.reporting import Column, Table, load_reference
+from harness.reporting.plots import note, plot_bandwidth
 
 from .registry import experiment
 from .runner import run_and_save
@@ -75,12 +75,13 @@ def bandwidth_sweep(scale: str, out_dir: Path, quiet: bool) -> list[Table]:
             m = {k: v.value for k, v in rec.metrics.items()}
             if algo == "pipeline-sgd":
                 base[rate] = m["step_time_s"]
-            rows.append([label, rate, m["payload_bytes_per_step"], m.get("wire_bytes_per_step"),
-                         m.get("wire_to_payload_ratio"), m["step_time_s"],
-                         base[rate] / m["step_time_s"], paper_speedup.get((algo, rate)), None,
-                         paper_vs_fastest.get((algo, rate))])
+            rows.append(dict(method=label, bandwidth=rate, payload=m["payload_bytes_per_step"],
+                             wire=m.get("wire_bytes_per_step"), wire_ratio=m.get("wire_to_payload_ratio"),
+                             step=m["step_time_s"], speedup=base[rate] / m["step_time_s"],
+                             speedup_paper=paper_speedup.get((algo, rate)),
+                             vs_fastest_paper=paper_vs_fastest.get((algo, rate))))
     for row in rows:  # the uncompressed pipeline on the fastest link stands in for centralised
-        row[8] = base[RATES[-1]] / row[5]
+        row["vs_fastest"] = base[RATES[-1]] / row["step"]
     png = plot_bandwidth(rows, out_dir / "bandwidth.png")
     table = Table(title=title, columns=cols, rows=rows,
                   caption="wire bytes: the kernel's tx_bytes of every rank's interface over the measured "

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from harness.tables import Column, Table
+from harness.reporting import Column, Table
 
 
 @dataclass(frozen=True)
@@ -37,6 +37,7 @@ def claims_table(claims: list[Claim]) -> Table:
         columns=[Column("paper", "paper"), Column("claim", "claim"), Column("paper_value", "paper"),
                  Column("ours", "ours", None, None, ".3g"), Column("supported", "supported here"),
                  Column("note", "how measured")],
-        rows=[[c.paper, c.claim, c.paper_value, c.ours, verdict[c.supported], c.note] for c in claims],
+        rows=[dict(paper=c.paper, claim=c.claim, paper_value=c.paper_value, ours=c.ours,
+                   supported=verdict[c.supported], note=c.note) for c in claims],
         caption="ratios measured side by side in one run at this machine's scale (2 CPU cores, "
                 "random-weight models of the papers' shapes); 'no' is a finding, not a failure")

@@ -16,9 +16,9 @@ from pathlib import Path
 from algorithms.pipeline import toy
 from algorithms.pipeline.compressed import ef_state_elements
 from harness.models import PRESETS
-from harness.plots import curve_from_record, note, plot_loss_curves
 from harness.registry import make_config
-from harness.tables import Column, Table, load_reference
+from harness.reporting import Column, Table, load_reference
+from harness.reporting.plots import curve_from_record, note, plot_loss_curves
 
 from .claims import claim
 from .registry import experiment
@@ -72,10 +72,11 @@ def clapping(scale: str, out_dir: Path, quiet: bool) -> list[Table]:
         curves.append(curve_from_record(label, rec))
         m = {k: v.value for k, v in rec.metrics.items()}
         raw_bytes = raw_bytes or m["payload_bytes_per_step"]
-        rows.append([label, algo, params.get("p", ""), m["val_loss"], m["val_accuracy"],
-                     paper_acc.get(label), m["final_loss"],
-                     m["payload_bytes_per_step"], m["payload_bytes_per_step"] / raw_bytes,
-                     m["ef_state_bytes_total"], m["step_time_s"]])
+        rows.append(dict(setting=label, algorithm=algo, p=params.get("p", ""), val_loss=m["val_loss"],
+                         val_accuracy=m["val_accuracy"], val_accuracy_paper=paper_acc.get(label),
+                         train_loss=m["final_loss"], bytes=m["payload_bytes_per_step"],
+                         bytes_ratio=m["payload_bytes_per_step"] / raw_bytes, ef_mem=m["ef_state_bytes_total"],
+                         step_time=m["step_time_s"]))
     main = Table(
         title=f"clapping: {common['model']} on wiki-en, E = 3, Top-10 % both ways, {common['steps']} steps, "
               f"batch {common['batch_size']}x{common['seq_len']}, 64-sample training set",
@@ -108,8 +109,8 @@ def clapping(scale: str, out_dir: Path, quiet: bool) -> list[Table]:
             rec = run_and_save(cfg, None, quiet)
             closed = 4 * ef_state_elements(algo, links=2, batch=common["batch_size"], seq_len=common["seq_len"],
                                            width=width, dataset_size=n)
-            mem_rows.append([algo, n, rec.metrics["ef_state_bytes_total"].value, closed,
-                             rec.metrics["peak_memory_bytes"].value])
+            mem_rows.append(dict(algorithm=algo, N=n, ef_bytes=rec.metrics["ef_state_bytes_total"].value,
+                                 closed=closed, peak=rec.metrics["peak_memory_bytes"].value))
     memory = Table(title=f"clapping: error-feedback memory vs dataset size (E = 3, batch "
                          f"{common['batch_size']}x{common['seq_len']}, width {width}, float32)",
                    columns=[Column("algorithm", "algorithm"), Column("N", "dataset size N"),
@@ -124,8 +125,7 @@ def clapping(scale: str, out_dir: Path, quiet: bool) -> list[Table]:
     paper_rows = []
     for size in PAPER_MODELS:
         ours = paper_memory_gib(size)
-        paper_rows.append([size, *[x for k in ("basic_gib", "clapping_gib", "ratio_pct", "aqsgd_gib")
-                                   for x in (ours[k], ref[(size, k)])]])
+        paper_rows.append({"model": size, **ours, **{f"{k}_paper": ref[(size, k)] for k in ours}})
     cols = [Column("model", "LLaMA-2")]
     for k, head, unit in (("basic_gib", "basic", "GiB"), ("clapping_gib", "Clapping", "GiB"),
                           ("ratio_pct", "ratio", "%"), ("aqsgd_gib", "AQ-SGD", "GiB")):
@@ -140,7 +140,8 @@ def clapping(scale: str, out_dir: Path, quiet: bool) -> list[Table]:
     toy_rows = []
     for v in toy.VARIANTS:
         gaps = toy.train(prob, v, seed=1, steps=steps, noise=0.9)
-        toy_rows.append([v, *gaps, gaps[3] / gaps[2], TOY_PAPER[v]])
+        toy_rows.append({"variant": v, **{f"gap{i}": g for i, g in enumerate(gaps, 1)},
+                         "last": gaps[3] / gaps[2], "paper": TOY_PAPER[v]})
     quarter = [Column(f"gap{i}", f"gap after {i}/4 of T", None, False) for i in range(1, 5)]
     toy_table = Table(title=f"clapping: logistic regression (E = 2), relative noise U(-0.9, 0.9), T = {steps}",
                       columns=[Column("variant", "variant"), *quarter,
@@ -152,16 +153,16 @@ def clapping(scale: str, out_dir: Path, quiet: bool) -> list[Table]:
     return [main, memory, paper, toy_table]
 
 
-def _claims(mem_rows: list[list], toy_rows: list[list]) -> None:
+def _claims(mem_rows: list[dict], toy_rows: list[dict]) -> None:
 
-    ef = {(row[0], row[1]): row[2] for row in mem_rows}
+    ef = {(row["algorithm"], row["N"]): row["ef_bytes"] for row in mem_rows}
     growth = ef[("clapping-fc", 1024)] / ef[("clapping-fc", 64)]
     claim("Clapping", "EF memory independent of the dataset size (Clapping-FC, N = 1024 / N = 64)",
           "1x (per-batch state)", growth, growth == 1.0, "measured EF state bytes, all ranks")
     aq = ef[("aq-sgd", 1024)] / ef[("aq-sgd", 64)]
     claim("Clapping", "AQ-SGD's EF memory grows with the dataset size (N = 1024 / N = 64)", "16x (per sample)",
           aq, aq == 16.0, "measured EF state bytes, all ranks")
-    final = {row[0]: row[4] for row in toy_rows}
+    final = {row["variant"]: row["gap4"] for row in toy_rows}
     if "direct" in final and "fc" in final:
         rel = final["direct"] / final["fc"]
         claim("Clapping", "toy: Clapping-FC converges below direct compression's bias floor "

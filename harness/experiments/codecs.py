@@ -14,8 +14,8 @@ from pathlib import Path
 import torch
 
 from algorithms.codecs import CODECS, make_codec
-from harness.plots import note, plot_codec_sizes
-from harness.tables import Column, Table
+from harness.reporting import Column, Table
+from harness.reporting.plots import note, plot_codec_sizes
 
 from .registry import experiment
 
@@ -49,15 +49,15 @@ def measure(spec: str, x: torch.Tensor, seed: int = 0) -> dict:
 @experiment("codecs", "payload bytes of every codec (serialized, measured) beside its declared floor, "
             "dense and ReLU'd float32 tensors of 1k-256k elements", paper=False)
 def codecs_experiment(scale: str, out_dir: Path, quiet: bool) -> list[Table]:
-    rows, points = [], []
+    rows = []
     for spec in codec_specs():
         for kind in KINDS:
             for n in SIZES:
                 m = measure(spec, make_tensor(kind, n))
-                rows.append([spec, kind, n, m["payload"], m["floor"], m["payload"] / m["floor"],
-                             8 * m["payload"] / n, "yes" if m["lossless"] else "no"])
-                points.append({"codec": spec, "tensor": kind, "elements": n, **m})
-    png = plot_codec_sizes(points, out_dir / "codecs.png")
+                rows.append(dict(codec=spec, tensor=kind, elements=n, payload=m["payload"], floor=m["floor"],
+                                 ratio=m["payload"] / m["floor"], bpe=8 * m["payload"] / n,
+                                 lossless="yes" if m["lossless"] else "no"))
+    png = plot_codec_sizes(rows, out_dir / "codecs.png")
     table = Table(
         title=f"codecs: serialized payload vs declared floor, float32 ({WIDTH} channels), "
               f"{', '.join(f'{n:,}' for n in SIZES)} elements",

@@ -14,7 +14,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from harness.registry import make_config
-from harness.tables import Column, Table, load_reference, with_reference
+from harness.reporting import Column, Table, load_reference, with_reference
 
 from .claims import claim
 from .registry import experiment
@@ -39,18 +39,20 @@ def _v(rec, key):
     return None if m is None else m.value
 
 
-def rows_for(recs: dict) -> list[list]:
+def rows_for(recs: dict) -> list[dict]:
     base = _v(recs["ZO2"][1], "step_time_s")
     rows = []
     for label, (ideal, rec) in recs.items():
         st = _v(rec, "step_time_s")
         speed = base / st if st else None
         per_rank = [r["metrics"]["peak_memory_bytes"].value for r in rec.per_rank]
-        rows.append([label, rec.world_size, st, _v(rec, "throughput_tokens_per_s"), speed, ideal,
-                     speed / ideal if speed else None, max(per_rank), _v(rec, "device_pool_peak_bytes"),
-                     _v(rec, "payload_bytes_per_step"), _v(rec, "h2d_bytes_per_step"),
-                     _v(rec, "d2h_bytes_per_step"), _v(rec, "d2d_bytes_per_step"),
-                     _v(rec, "model_t_step_s"), _v(rec, "final_loss")])
+        rows.append(dict(method=label, world=rec.world_size, step_time_s=st,
+                         tokens_per_s=_v(rec, "throughput_tokens_per_s"), speedup_vs_zo2=speed, ideal=ideal,
+                         efficiency=speed / ideal if speed else None, peak_rss=max(per_rank),
+                         device_pool=_v(rec, "device_pool_peak_bytes"), payload=_v(rec, "payload_bytes_per_step"),
+                         h2d=_v(rec, "h2d_bytes_per_step"), d2h=_v(rec, "d2h_bytes_per_step"),
+                         d2d=_v(rec, "d2d_bytes_per_step"), model_step=_v(rec, "model_t_step_s"),
+                         loss=_v(rec, "final_loss")))
     return rows
 
 
@@ -104,8 +106,7 @@ def reproduce_distzo2(scale: str, out_dir: Path, quiet: bool) -> list[Table]:
 
 def _claims(t: Table) -> None:
 
-    j = t.column_index("speedup_vs_zo2")
-    speed = {row[0]: row[j] for row in t.rows}
+    speed = {row["method"]: row["speedup_vs_zo2"] for row in t.row_dicts()}
     # paper (Table 1, OPT-175B on H20s): 331 / 166 and 290 / 166 tokens/s over ZO2
     for label, paper in (("PertP", "1.99x"), ("DDP", "1.75x")):
         ours = speed.get(label)

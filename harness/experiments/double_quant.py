@@ -24,9 +24,9 @@ import torch
 from algorithms.dataparallel import ps
 from algorithms.dataparallel.problems import make_problem
 from harness.launcher import run
-from harness.plots import Curve, note, plot_loss_curves
 from harness.registry import make_config
-from harness.tables import Column, Table, load_reference, with_reference
+from harness.reporting import Column, Table, load_reference, with_reference
+from harness.reporting.plots import Curve, note, plot_loss_curves
 
 from .claims import claim
 from .registry import experiment
@@ -76,8 +76,9 @@ def table1_left(prob, cfg: dict, curves: list[Curve] | None = None) -> Table:
         upd, inner, total = hit if hit else (master.updates, st.bits_inner, st.bits_inner + st.bits_epoch)
         base = inner if name == "asyfpg" else base
         ratio = base / inner if hit and base else None
-        rows.append([name, "yes" if hit else "no", upd, inner, total, ratio, master.losses[-1],
-                     st.violations, st.checks, st.max_delay, secs])
+        rows.append(dict(algorithm=name, reached="yes" if hit else "no", updates=upd, bits=inner,
+                         bits_total=total, ratio=ratio, loss=master.losses[-1], violations=st.violations,
+                         checks=st.checks, max_delay=st.max_delay, epoch_s=secs))
     cols = [Column("algorithm", "algorithm"), Column("reached", f"loss < {cfg['threshold']}"),
             Column("updates", "master updates"),
             Column("bits", "paper bits (inner)", "bits", False, "si"),
@@ -108,8 +109,9 @@ def table1_right(prob, cfg: dict) -> Table:
         hit = _crossing(master, thr)
         hist: Counter = master.stats.bx_hist
         mode = hist.most_common(1)[0][0] if hist else None
-        rows.append([f"{mu:g}", mode, " ".join(f"{b}:{n}" for b, n in sorted(hist.items())),
-                     hit[1] if hit else None, hit[0] if hit else None, master.stats.violations])
+        rows.append(dict(mu=f"{mu:g}", bx=mode, hist=" ".join(f"{b}:{n}" for b, n in sorted(hist.items())),
+                         bits=hit[1] if hit else None, updates=hit[0] if hit else None,
+                         violations=master.stats.violations))
     cols = [Column("mu", "mu"), Column("bx", "b_x (most chosen)", "bits"), Column("hist", "b_x histogram"),
             Column("bits", "paper bits (inner)", "bits", False, "si"), Column("updates", "master updates"),
             Column("violations", "(2) violations")]
@@ -158,8 +160,7 @@ def _plot(curves: list[Curve], cfg: dict, out_dir: Path) -> str:
 def _claims(left: Table) -> None:
     """Table 1 (left, MNIST): AsyFPG bits / algorithm bits to the loss threshold."""
 
-    j = left.column_index("ratio")
-    ratio = {row[0]: row[j] for row in left.rows}
+    ratio = {row["algorithm"]: row["ratio"] for row in left.row_dicts()}
     a, s_, acc = ratio.get("asylpg"), ratio.get("sparse-asylpg"), ratio.get("acc-asylpg")
     claim("double quantisation", "AsyLPG needs fewer bits than AsyFPG (AsyFPG / AsyLPG)", "7.28x", a,
           a is not None and a > 1, "inner-iteration bits to the loss threshold, simulator, digits MLP")

@@ -8,7 +8,7 @@ from pathlib import Path
 
 from algorithms.pipeline.sgd import pipeline_bytes_per_step
 from harness.registry import make_config
-from harness.tables import Column, Table
+from harness.reporting import Column, Table
 
 from .registry import experiment
 from .runner import run_and_save
@@ -30,11 +30,11 @@ def foundation(scale: str, out_dir: Path, quiet: bool) -> list[Table]:
         if algo == "fo-sgd":
             ref_hash = m["params_sha256"]
         expected = pipeline_bytes_per_step(cfg) if world > 1 else 0
-        rows.append([algo, world, backend, m["payload_bytes_per_step"], expected,
-                     m["messages_per_step"], m["peak_memory_bytes"], m["peak_memory_growth_bytes"],
-                     m["step_time_s"],
-                     m["throughput_tokens_per_s"], m["final_loss"], m["params_sha256"][:12],
-                     "yes" if m["params_sha256"] == ref_hash else "NO"])
+        rows.append(dict(algorithm=algo, world_size=world, backend=backend, payload=m["payload_bytes_per_step"],
+                         closed_form=expected, messages=m["messages_per_step"], peak_mem=m["peak_memory_bytes"],
+                         mem_growth=m["peak_memory_growth_bytes"], step_time=m["step_time_s"],
+                         throughput=m["throughput_tokens_per_s"], loss=m["final_loss"],
+                         sha=m["params_sha256"][:12], same_as_fo="yes" if m["params_sha256"] == ref_hash else "NO"))
     cols = [Column("algorithm", "algorithm"), Column("world_size", "ranks"), Column("backend", "backend"),
             Column("payload", "payload bytes/step", "bytes", False),
             Column("closed_form", "closed form bytes/step", "bytes", False),

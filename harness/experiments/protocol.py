@@ -19,9 +19,9 @@ from pathlib import Path
 
 from algorithms.protocol.pipeline import bytes_per_token, expected_bytes
 from harness.models import PRESETS
-from harness.plots import curve_from_record, note, plot_loss_curves
 from harness.registry import make_config
-from harness.tables import Column, Table, load_reference
+from harness.reporting import Column, Table, load_reference
+from harness.reporting.plots import curve_from_record, note, plot_loss_curves
 
 from .claims import claim
 from .registry import experiment
@@ -90,15 +90,19 @@ def protocol_experiment(scale: str, out_dir: Path, quiet: bool) -> list[Table]:
         recs[label] = (cfg, rec)
         m = {k: v.value for k, v in rec.metrics.items()}
         tokens = cfg.batch_size * cfg.seq_len
-        rows.append([label, kw["backend"] if not extra.get("net") else f"gloo/{extra.get('bandwidth') or 'unshaped'}",
-                     *_quarters(rec), cfg.steps * tokens, cfg.steps * m["step_time_s"],
-                     m["payload_bytes_per_step"] / tokens, m["step_time_s"], m["throughput_tokens_per_s"]])
+        rows.append(dict(setting=label,
+                         link=kw["backend"] if not extra.get("net") else f"gloo/{extra.get('bandwidth') or 'unshaped'}",
+                         **{f"loss{i}": loss for i, loss in enumerate(_quarters(rec), 1)},
+                         tokens=cfg.steps * tokens, wall=cfg.steps * m["step_time_s"],
+                         bytes_tok=m["payload_bytes_per_step"] / tokens, step=m["step_time_s"],
+                         tps=m["throughput_tokens_per_s"]))
     c_hist = recs["centralised"][1].history["loss"]
     c_tps = recs["centralised"][1].metrics["throughput_tokens_per_s"].value
     for row, (label, (cfg, _)) in zip(rows, recs.items(), strict=True):
         # perplexity ratio = exp(loss difference), against centralised after as many steps
         ppl_paper, tps_paper = paper_vs_central.get(label, (None, None))
-        row += [math.exp(row[5] - c_hist[cfg.steps - 1]), ppl_paper, row[10] / c_tps, tps_paper]
+        row.update(ppl_rel=math.exp(row["loss4"] - c_hist[cfg.steps - 1]), ppl_rel_paper=ppl_paper,
+                   tps_rel=row["tps"] / c_tps, tps_rel_paper=tps_paper)
     q = [Column(f"loss{i}", f"loss at {i}/4", "nats/token", False) for i in (1, 2, 3, 4)]
     main = Table(
         title=f"protocol: {model} (d = {d}) on wiki-en, 2 stages, batch 8x{s['seq']}, AdamW lr {lr}",
@@ -135,9 +139,10 @@ def protocol_experiment(scale: str, out_dir: Path, quiet: bool) -> list[Table]:
             continue
         per = bytes_per_token(cfg)
         closed = sum(expected_bytes(cfg).values())
-        byte_rows.append([label, cfg.params.k, per["fwd"], per["bwd"], per["uncompressed"],
-                          per["uncompressed"] / per["bwd"], rec.metrics["payload_bytes_per_step"].value, closed,
-                          raw / pay_per_token((cfg, rec)), d / cfg.params.k])
+        byte_rows.append(dict(setting=label, k=cfg.params.k, fwd=per["fwd"], bwd=per["bwd"], raw=per["uncompressed"],
+                              ratio=per["uncompressed"] / per["bwd"],
+                              measured=rec.metrics["payload_bytes_per_step"].value, closed=closed,
+                              measured_ratio=raw / pay_per_token((cfg, rec)), paper_ratio=d / cfg.params.k))
     byte_table = Table(
         title=f"protocol: bytes per token per boundary ({model}, d = {d}, float32 wire, uint8 token ids)",
         columns=[Column("setting", "setting"), Column("k", "k"),
@@ -174,8 +179,9 @@ def protocol_experiment(scale: str, out_dir: Path, quiet: bool) -> list[Table]:
         pr = PRESETS[model]
         analytic = 4 * (pr.vocab_size * d + d * kmin)  # T_fixed + U per stage (float32; RoPE: no PE table)
         paper_l, paper_pct = paper_mem[len(mem_rows)] if len(mem_rows) < len(paper_mem) else (None, None)
-        mem_rows.append([seq, *pair[0], *pair[1], ours - base, 100 * (ours - base) / base, paper_pct,
-                         paper_l, analytic])
+        (b0, b1), (p0, p1) = pair  # each stage's peak RSS
+        mem_rows.append(dict(seq=seq, b0=b0, b1=b1, p0=p0, p1=p1, over=ours - base, rel=100 * (ours - base) / base,
+                             rel_paper=paper_pct, paper_l=paper_l, analytic=analytic))
     memory = Table(
         title=f"protocol: peak memory per stage vs sequence length ({model}, 2 stages, gloo, batch 8)",
         columns=[Column("seq", "sequence length"),

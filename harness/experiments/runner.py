@@ -8,8 +8,8 @@ import time
 from pathlib import Path
 
 from harness import progress
+from harness.reporting import Table, print_table, render, write_table
 from harness.results import ResultRecord, atomic_write, write_result
-from harness.tables import Table, print_table, render, write_table
 
 from . import claims as _claims
 from .registry import ORDER, Experiment, get_experiment

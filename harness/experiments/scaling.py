@@ -24,7 +24,7 @@ from pathlib import Path
 
 from harness.models import PRESETS, default_boundaries, model_info
 from harness.registry import make_config
-from harness.tables import Column, Table
+from harness.reporting import Column, Table
 
 from .registry import experiment
 from .runner import run_and_save
@@ -134,7 +134,7 @@ def _ratio(x, base):
     return x / base if x is not None and base else None
 
 
-def rows_for(results: list[tuple[Run, object]]) -> list[list]:
+def rows_for(results: list[tuple[Run, object]]) -> list[dict]:
     """One row per run, with growth factors over the first run of the same series."""
     rows, base = [], {}
     for run, rec in results:
@@ -144,10 +144,12 @@ def rows_for(results: list[tuple[Run, object]]) -> list[list]:
         x = size if run.axis == "size" else cfg.world_size
         vals = (x, m["payload_bytes_per_step"], m["step_time_s"])
         ref = base.setdefault(run.series, vals)
-        rows.append([run.axis, run.family, cfg.algorithm, cfg.model, size, cfg.world_size, rec.backend,
-                     m["payload_bytes_per_step"], m["messages_per_step"], m["peak_memory_bytes"],
-                     m.get("peak_memory_growth_bytes"), m["step_time_s"],
-                     *(_ratio(v, r) for v, r in zip(vals, ref, strict=True))])
+        x_ratio, bytes_ratio, time_ratio = (_ratio(v, r) for v, r in zip(vals, ref, strict=True))
+        rows.append(dict(axis=run.axis, family=run.family, algorithm=cfg.algorithm, model=cfg.model, params=size,
+                         world=cfg.world_size, backend=rec.backend, payload=m["payload_bytes_per_step"],
+                         messages=m["messages_per_step"], peak_mem=m["peak_memory_bytes"],
+                         growth=m.get("peak_memory_growth_bytes"), step_time=m["step_time_s"],
+                         x_ratio=x_ratio, bytes_ratio=bytes_ratio, time_ratio=time_ratio))
     return rows
 
 
@@ -166,7 +168,7 @@ def columns(axis: str) -> list[Column]:
             Column("time_ratio", "step time x", "ratio", False, ".3g")]
 
 
-def tables_for(rows: list[list], scale: str) -> list[Table]:
+def tables_for(rows: list[dict], scale: str) -> list[Table]:
     s = _setup(scale)
     where = ("threads of one process: peak RSS is the whole world's" if s["backend"] == "threads"
              else "gloo, one process per rank (1-rank and double-quant runs: threads)")
@@ -177,13 +179,13 @@ def tables_for(rows: list[list], scale: str) -> list[Table]:
               f"ranks: {where}")
     size = Table(
         title="scaling with model size: bytes, memory and time per step",
-        columns=columns("size"), rows=[r for r in rows if r[0] == "size"],
+        columns=columns("size"), rows=[r for r in rows if r["axis"] == "size"],
         caption=f"varied: the model ({', '.join(SIZES)}; 2 ranks, mezo 1) or the double-quant problem "
                 f"({', '.join(DQ_PROBLEMS)}; 1 master + 2 workers); each 'x' column is the row's value over "
                 f"the first row of its series (family, algorithm); {common}")
     world = Table(
         title="scaling with world size: bytes, memory and time per step",
-        columns=columns("world"), rows=[r for r in rows if r[0] == "world"],
+        columns=columns("world"), rows=[r for r in rows if r["axis"] == "world"],
         caption=f"varied: the number of ranks (pipeline stages, SparQ nodes, DDP ranks; double-quant: 1 master + "
                 f"2, 4, 8 workers on mlp-digits), model {s['world_model']}; 'x' columns over the first row "
                 f"of each series; {common}",
@@ -192,8 +194,9 @@ def tables_for(rows: list[list], scale: str) -> list[Table]:
     return [size, world]
 
 
-def plot(rows: list[list], path: Path) -> str | None:
-    """Bytes per step against parameter count and against world size, one line per series."""
+def plot(rows: list[dict], path: Path) -> str | None:
+    """Bytes per step against parameter count and against world size, one line per series
+    (rows as :func:`rows_for` makes them)."""
     try:
         import matplotlib
 
@@ -202,16 +205,17 @@ def plot(rows: list[list], path: Path) -> str | None:
     except ImportError:
         return None
     fig, axes = plt.subplots(1, 2, figsize=(11, 4.5))
-    for ax, axis, xcol, xlabel in ((axes[0], "size", 4, "parameters (problem dimension for double-quant)"),
-                                   (axes[1], "world", 5, "ranks")):
-        for series in dict.fromkeys((r[1], r[2]) for r in rows if r[0] == axis):
+    for ax, axis, xcol, xlabel in ((axes[0], "size", "params", "parameters (problem dimension for double-quant)"),
+                                   (axes[1], "world", "world", "ranks")):
+        for series in dict.fromkeys((r["family"], r["algorithm"]) for r in rows if r["axis"] == axis):
             # zero bytes (a 1-rank run) has no place on a log axis
-            pts = [(r[xcol], r[7]) for r in rows if r[0] == axis and (r[1], r[2]) == series and r[7] > 0]
+            pts = [(r[xcol], r["payload"]) for r in rows
+                   if r["axis"] == axis and (r["family"], r["algorithm"]) == series and r["payload"] > 0]
             if pts:
                 ax.plot(*zip(*pts, strict=True), marker="o", label="/".join(series))
         ax.set_xscale("log", base=10 if axis == "size" else 2)
         if axis == "world":
-            ranks = sorted({r[5] for r in rows if r[0] == "world"})
+            ranks = sorted({r["world"] for r in rows if r["axis"] == "world"})
             ax.set_xticks(ranks, [str(w) for w in ranks])
         ax.set_yscale("log")
         ax.set_xlabel(xlabel)

@@ -19,9 +19,9 @@ from __future__ import annotations
 from pathlib import Path
 
 from harness.models import PRESETS, default_boundaries
-from harness.plots import curve_from_record, note, plot_loss_curves
 from harness.registry import make_config
-from harness.tables import Column, Table, load_reference, with_reference
+from harness.reporting import Column, Table, load_reference, with_reference
+from harness.reporting.plots import curve_from_record, note, plot_loss_curves
 
 from .claims import claim
 from .registry import experiment
@@ -65,7 +65,7 @@ def methods_runs(model: str, *, steps: int, batch_size: int, seq_len: int, pertu
     ]
 
 
-def methods_table_rows(model: str, recs: dict, steps: int) -> list[list]:
+def methods_table_rows(model: str, recs: dict, steps: int) -> list[dict]:
     fo = recs["pipeline-sgd"]
     fo_mem, fo_comm = _m(fo, "peak_memory_bytes"), _m(fo, "payload_bytes_per_step")
     fo_grow = _m(fo, "peak_memory_growth_bytes")
@@ -73,10 +73,12 @@ def methods_table_rows(model: str, recs: dict, steps: int) -> list[list]:
     for method, rec in recs.items():
         per_node = [r["metrics"]["peak_memory_bytes"].value for r in rec.per_rank]
         mem, comm = _m(rec, "peak_memory_bytes"), _m(rec, "payload_bytes_per_step")
-        rows.append([f"{model}/{method}", method, mem, ", ".join(f"{b / 2**20:.0f}" for b in per_node),
-                     mem / fo_mem, _m(rec, "peak_memory_growth_bytes"),
-                     _m(rec, "peak_memory_growth_bytes") / fo_grow if fo_grow else None, comm, comm * steps, comm / fo_comm if fo_comm else None,
-                     _m(rec, "act_nnz_ratio"), _m(rec, "final_loss"), _m(rec, "step_time_s")])
+        grow = _m(rec, "peak_memory_growth_bytes")
+        rows.append(dict(setting=f"{model}/{method}", method=method, peak_mem=mem,
+                         per_node=", ".join(f"{b / 2**20:.0f}" for b in per_node), mem_vs_fo=mem / fo_mem,
+                         growth=grow, growth_vs_fo=grow / fo_grow if fo_grow else None, comm_step=comm,
+                         comm_run=comm * steps, comm_vs_fo=comm / fo_comm if fo_comm else None,
+                         nnz=_m(rec, "act_nnz_ratio"), loss=_m(rec, "final_loss"), step_time=_m(rec, "step_time_s")))
     return rows
 
 
@@ -115,10 +117,11 @@ def reproduce_sparq(scale: str, out_dir: Path, quiet: bool) -> list[Table]:
         for bits, rec in recs.items():
             label = f"{bits}-bit" if bits else "lossless"
             actb = _rank_tag(rec, 0, "act")
-            rows.append([f"{act}/{label}", model, label, int(_m(rec, "split_block0")), _m(rec, "split_nnz_ratio0"),
-                         _m(rec, "act_nnz_ratio"), actb, _m(rec, "payload_bytes_per_step"),
-                         _m(rec, "payload_bytes_per_step") * steps, actb / one if one else None,
-                         _m(rec, "final_loss")])
+            rows.append(dict(setting=f"{act}/{label}", model=model, bits=label, split=int(_m(rec, "split_block0")),
+                             calib_nnz=_m(rec, "split_nnz_ratio0"), nnz=_m(rec, "act_nnz_ratio"), act_step=actb,
+                             comm_step=_m(rec, "payload_bytes_per_step"),
+                             comm_run=_m(rec, "payload_bytes_per_step") * steps,
+                             comm_vs_1bit=actb / one if one else None, loss=_m(rec, "final_loss")))
     cols = [Column("setting", "setting"), Column("model", "model"), Column("bits", "bits"),
             Column("split", "split block (0-based)"), Column("calib_nnz", "calibration non-zero ratio", "ratio", None, ".3f"),
             Column("nnz", "sent non-zero ratio", "ratio", None, ".3f"),

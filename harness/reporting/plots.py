@@ -131,17 +131,17 @@ def plot_loss_curves(series: Sequence[Curve], path: Path, title: str, hline: flo
 
 
 # --------------------------------------------------------------------------- bandwidth sweep
-def plot_bandwidth(rows: list[list], path: Path) -> str | None:
-    """Bandwidth sweep rows ``[method, rate, ..., step_s, speedup]``: time per step and
-    speed-up over uncompressed against the shaped link rate."""
+def plot_bandwidth(rows: list[dict], path: Path) -> str | None:
+    """Bandwidth sweep rows ``{method, bandwidth, step, speedup}`` (a rate such as "80mbit",
+    seconds per step, ratio): time per step and speed-up over uncompressed against the rate."""
     plt = _pyplot()
     if plt is None:
         return None
-    from .config import parse_rate
+    from harness.config import parse_rate
 
     fig, (ax1, ax2) = plt.subplots(1, 2, figsize=(10, 4))
-    for label in dict.fromkeys(r[0] for r in rows):
-        pts = sorted((parse_rate(r[1]), r[5], r[6]) for r in rows if r[0] == label)
+    for label in dict.fromkeys(r["method"] for r in rows):
+        pts = sorted((parse_rate(r["bandwidth"]), r["step"], r["speedup"]) for r in rows if r["method"] == label)
         ax1.plot([p[0] / 1e6 for p in pts], [p[1] for p in pts], marker="o", label=label)
         ax2.plot([p[0] / 1e6 for p in pts], [p[2] for p in pts], marker="o", label=label)
     for ax, ylabel in ((ax1, "seconds per step (median)"), (ax2, "speed-up over uncompressed")):

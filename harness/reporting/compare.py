@@ -21,7 +21,7 @@ import subprocess
 from dataclasses import dataclass
 from pathlib import Path
 
-from .results import ResultRecord, read_results
+from harness.results import ResultRecord, read_results
 
 DETERMINISTIC = ("payload_bytes_per_step", "messages_per_step", "framing_bytes_per_step",
                  "tokens_per_step", "params_sha256")
