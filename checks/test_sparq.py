@@ -86,7 +86,42 @@ def test_quantised_run_is_cheaper_and_reports_its_sparsity():
     b = {k: r.metrics["payload_bytes_per_step"].value for k, r in [("id", dense), ("4", q4), ("1", q1)]}
     assert b["1"] < b["4"] < b["id"]
     assert 0 < q4.metrics["act_nnz_ratio"].value < dense.metrics["act_nnz_ratio"].value <= 1
-    assert q1.metrics["act_nnz_ratio"].value == 0  # signed 1-bit maps every ReLU output to 0 (spec §2.7)
+    # ReLU activations take the unsigned grid, so 1 bit sends data; the signed grid forced sends none
+    assert q1.metrics["act_nnz_ratio"].value > 0
+    _, q1s = _run("sparq", 2, bits=1, signed="true")
+    assert q1s.metrics["act_nnz_ratio"].value == 0  # signed 1-bit maps every ReLU output to 0 (spec §2.7)
+    assert q1s.metrics["payload_bytes_per_step"].value < b["1"]
+
+
+# --------------------------------------------------------------------------- the activation's grid
+@pytest.mark.parametrize("bits", [1, 2, 4, 8])
+@given(seed=st.integers(0, 2**31 - 1), shift=st.floats(-2, 2))
+def test_relu_activation_sends_real_data_at_every_bit_width(bits, seed, shift):
+    g = torch.Generator().manual_seed(seed)
+    x = torch.relu(torch.randn(3, 5, 16, generator=g) + shift)
+    x[0, 0, :] = 1.0 + torch.rand(16, generator=g)  # every channel has a positive maximum
+    codec = wire.act_codec(bits)  # default grid: auto
+    payload = codec.encode(x)
+    xh = codec.decode(payload)
+    assert wire.act_nnz(x, bits) == int(torch.count_nonzero(xh)) > 0  # real values cross
+    assert payload.nbytes == wire.act_nbytes(tuple(x.shape), wire.act_nnz(x, bits), bits, 4)
+    # written here from the unsigned grid: x̂ ∈ {q s / L}, L = 2^b - 1, s = the channel's max,
+    # so |x - x̂| <= s / 2L (+ the fp16 rounding of s); the signed grid at 1 bit would leave |x|
+    s = x.reshape(-1, 16).amax(0)
+    L = 2**bits - 1
+    bound = s * (0.5 / L + 2.0**-10) + 1e-5
+    assert bool(((x - xh).abs().reshape(-1, 16) <= bound).all())
+    assert bool((xh >= 0).all())
+
+
+@given(seed=st.integers(0, 2**31 - 1), bits=st.sampled_from([1, 2, 4, 8]))
+def test_an_activation_with_negative_entries_keeps_the_signed_grid_bit_for_bit(seed, bits):
+    g = torch.Generator().manual_seed(seed)
+    x = torch.nn.functional.gelu(torch.randn(3, 5, 16, generator=g))
+    x[0, 0, 0] = -0.1  # at least one negative entry
+    auto, signed = wire.act_codec(bits), wire.act_codec(bits, "true")
+    assert torch.equal(auto.encode(x).data, signed.encode(x).data)
+    assert wire.act_nnz(x, bits) == wire.act_nnz(x, bits, "true")
 
 
 # --------------------------------------------------------------------------- quantiser and encoding
@@ -178,6 +213,7 @@ def test_opt125m_candidates_centre_on_the_papers_block():
     (2, dict(split="1,2"), "split"),
     (3, dict(split="2,1"), "split"),
     (2, dict(labels="telepathy"), "labels"),
+    (2, dict(signed="maybe"), "signed"),
     (2, dict(split="middle"), "split"),
     (1, dict(), "world size"),
 ])

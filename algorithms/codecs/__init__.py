@@ -38,6 +38,7 @@ from .quant import (
     qstoch_law,
     qstoch_paper_mse,
     qstoch_round_probs,
+    resolve_signed,
 )
 from .registry import CODECS, EXAMPLE_SPECS, decode, make_codec, register_codec
 from .sparse import RandKCodec, SparseCodec, TopKCodec, topk_mask
@@ -68,6 +69,7 @@ __all__ = [
     "qstoch_paper_mse",
     "qstoch_round_probs",
     "register_codec",
+    "resolve_signed",
     "topk_mask",
     "unpack_bits",
 ]

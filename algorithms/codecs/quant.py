@@ -35,6 +35,12 @@ the whole tensor with ``granularity=tensor`` or for 0-/1-D inputs);
 ``y = x / (s_h + 1e-6) * 2**(b-1)``, ``q = clip(round_half_even(y), -2**(b-1),
 2**(b-1)-1)``, ``x̂ = q / 2**(b-1) * s_h``.  ``signed=false``:
 ``q = clip(round(x / (s_h + 1e-6) * (2**b-1)), 0, 2**b-1)``, ``x̂ = q s_h / (2**b-1)``.
+``signed=auto`` chooses per message: unsigned when the tensor has no negative
+entry (a ReLU output), signed otherwise; the choice is the header's signed flag,
+so the decoder needs no side information.  The signed grid spends half its
+levels below zero and at 1 bit rounds every non-negative value to 0 (the codes
+are -1 and 0), so on a non-negative tensor the unsigned grid is the one that
+sends its values.
 Arithmetic is float32 (float64 for float64 inputs).  The codes are then sent
 with the sparse body (dense / bitmap / index list, cheapest by default) after
 the ``H`` fp16 scales; the zero code is the one left implicit.
@@ -367,6 +373,15 @@ class FixpointCodes:
     scales: torch.Tensor  # (H,) float16
     zero_code: int
     nnz: int
+    signed: bool = True  # the grid these codes are on (the header's signed flag)
+
+
+def resolve_signed(x: torch.Tensor, signed: bool | None) -> bool:
+    """The grid for ``x``: ``signed`` as given, or with ``None`` (auto) signed iff ``x`` has a
+    negative entry (``-0.0`` is not negative; it maps to the zero code on either grid)."""
+    if signed is not None:
+        return signed
+    return bool(x.numel()) and bool((x < 0).any())
 
 
 def _absmax_channels(x2: torch.Tensor) -> torch.Tensor:
@@ -418,7 +433,7 @@ def fixpoint_quantize(
     s16 = fixpoint_scales(x, tensor_granularity)
     if n == 0:
         return FixpointCodes(
-            torch.empty(0, dtype=torch.uint8), s16, 2 ** (bits - 1) if signed else 0, 0
+            torch.empty(0, dtype=torch.uint8), s16, 2 ** (bits - 1) if signed else 0, 0, signed
         )
     x2 = x.reshape(-1, H)
     if x2.dtype != cd:
@@ -433,7 +448,7 @@ def fixpoint_quantize(
             q.clamp_(-zero, zero - 1)
             nnz = int(np.count_nonzero(q.numpy()))  # numpy's count is ~3x faster here
             q += zero  # offset binary, still < 128
-            return FixpointCodes(q.view(torch.uint8).reshape(-1), s16, zero, nnz)
+            return FixpointCodes(q.view(torch.uint8).reshape(-1), s16, zero, nnz, True)
         q = torch.round(x2 / den).clamp_(-zero, zero - 1)
     else:
         zero = 0
@@ -442,7 +457,7 @@ def fixpoint_quantize(
     if signed:
         q += zero
     codes = q.to(torch.uint8 if bits <= 8 else torch.int32).reshape(-1)
-    return FixpointCodes(codes, s16, zero, nnz)
+    return FixpointCodes(codes, s16, zero, nnz, signed)
 
 
 def fixpoint_dequantize(
@@ -481,7 +496,8 @@ class QChannelCodec(Codec):
     """Per-channel absmax fixpoint quantiser + sparse encoding (``"qchannel:bits=B"``).
 
     The SparQ compressor C (AQ-SGD ``fixpoint`` quantiser, deterministic, round
-    half to even).  Options: ``bits`` (1..16, default 4), ``signed`` (default
+    half to even).  Options: ``bits`` (1..16, default 4), ``signed`` (true,
+    false or auto: per message, unsigned iff no entry is negative; default
     true), ``granularity=channel|tensor``, ``format=auto|dense|bitmap|coo``,
     ``index=packed|int32``.  See the module docstring for the formulas.
 
@@ -502,7 +518,7 @@ class QChannelCodec(Codec):
     def __init__(
         self,
         bits: int = 4,
-        signed: bool = True,
+        signed: bool | None = True,
         granularity: str = "channel",
         fmt: int | None = None,
         int32: bool = False,
@@ -520,14 +536,17 @@ class QChannelCodec(Codec):
     @classmethod
     def from_options(cls, opts: dict[str, str]) -> QChannelCodec:
         bits = _parse_bits("qchannel", opts, 4, 1, 16)
-        signed = parse_bool("signed", opts.pop("signed", "true"))
+        sv = opts.pop("signed", "true")
+        signed = None if sv.strip().lower() == "auto" else parse_bool("signed", sv)
         gran = opts.pop("granularity", "channel").strip().lower()
         fmt, int32 = parse_format_options(opts, "qchannel")
         return cls(bits, signed, gran, fmt, int32)
 
     def spec(self) -> str:
         parts = [f"bits={self.bits}"]
-        if not self.signed:
+        if self.signed is None:
+            parts.append("signed=auto")
+        elif not self.signed:
             parts.append("signed=false")
         if self.granularity != "channel":
             parts.append(f"granularity={self.granularity}")
@@ -543,12 +562,13 @@ class QChannelCodec(Codec):
     def quantize(self, x: torch.Tensor) -> FixpointCodes:
         """Codes and scales of ``x`` (NaN / inf / fp16-overflowing channels: CodecError)."""
         x = check_input(x, FLOAT_DTYPES, "qchannel")
-        return fixpoint_quantize(x, self.bits, self.signed, self.tensor_granularity)
+        signed = resolve_signed(x, self.signed)
+        return fixpoint_quantize(x, self.bits, signed, self.tensor_granularity)
 
     def dequantize(
         self, fc: FixpointCodes, shape: tuple[int, ...], dtype: torch.dtype
     ) -> torch.Tensor:
-        return fixpoint_dequantize(fc.codes, fc.scales, self.bits, self.signed, shape, dtype)
+        return fixpoint_dequantize(fc.codes, fc.scales, self.bits, fc.signed, shape, dtype)
 
     def _layout(self, n: int, k: int) -> tuple[int, int]:
         iw = index_width(n, self.int32)
@@ -590,7 +610,7 @@ class QChannelCodec(Codec):
         n, b, k = x.numel(), self.bits, fc.nnz
         iw, fmt = self._layout(n, k)
         H = fc.scales.numel()
-        flags = (FLAG_INDEX32 if self.int32 else 0) | (FLAG_SIGNED if self.signed else 0)
+        flags = (FLAG_INDEX32 if self.int32 else 0) | (FLAG_SIGNED if fc.signed else 0)
         flags |= FLAG_TENSOR if self.tensor_granularity else 0
         header = build_header(
             self.family, x.dtype, tuple(x.shape), struct.pack("<BBBI", b, flags, fmt, k)

@@ -70,6 +70,7 @@ EXAMPLE_SPECS: tuple[str, ...] = (
     "qstoch:bits=4",
     "qchannel:bits=4",
     "qchannel:bits=4,signed=false,granularity=tensor",
+    "qchannel:bits=2,signed=auto",
     "topk:k=16",
     "topk:ratio=0.1",
     "randk:k=16,scaled=true",

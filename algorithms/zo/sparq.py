@@ -40,9 +40,11 @@ LABEL_MODES = ("send", "local")
 @dataclass(frozen=True)
 class SparQParams(ZOParams):
     bits: int | None = 4  # activation quantiser bits (1..8); None: lossless (identity)
-    signed: bool = True  # signed AQ-SGD fixpoint quantiser (seed-sparq §2.7)
+    # activation grid: auto = per message, unsigned iff no entry is negative (ReLU); true: the
+    # signed AQ-SGD fixpoint quantiser (seed-sparq §2.7) always; false: unsigned always (wire.py)
+    signed: str = "auto"
     format: str = "auto"  # sparse body: auto (cheapest) | dense | bitmap | coo
-    residual: str = "auto"  # residual-stream codec: auto = identity if bits is None else fp16
+    residual: str = "auto"  # residual-stream codec (any dense codec): auto = identity if bits is None else fp16
     labels: str = "send"  # send: first stage sends them to the last (counted); local: regenerated
     split: str = "auto"  # ffn_act cut blocks, e.g. "5" or "1,2,3"; auto: choose by measured sparsity
     split_window: int = 1  # selection: blocks within this distance of the even split
@@ -52,6 +54,10 @@ class SparQParams(ZOParams):
         super().__post_init__()
         if self.bits is not None and not (isinstance(self.bits, int) and 1 <= self.bits <= 8):
             raise ConfigError(f"bits must be an int in 1..8 (or none for lossless activations), got {self.bits!r}")
+        if isinstance(self.signed, bool):  # accept a bool from Python callers
+            object.__setattr__(self, "signed", "true" if self.signed else "false")
+        if self.signed not in wire.SIGNED_MODES:
+            raise ConfigError(f"signed must be one of {', '.join(wire.SIGNED_MODES)}, got {self.signed!r}")
         if self.format not in wire.FORMATS:
             raise ConfigError(f"format must be one of {', '.join(wire.FORMATS)}, got {self.format!r}")
         if self.labels not in LABEL_MODES:

@@ -35,7 +35,7 @@ def candidates(num_blocks: int, num_stages: int, window: int) -> list[list[int]]
 
 
 @torch.no_grad()
-def measure_nnz(model_name: str, blocks: list[int], *, bits: int | None, signed: bool = True,
+def measure_nnz(model_name: str, blocks: list[int], *, bits: int | None, signed: str | bool = "auto",
                 seed: int = 0, data: str = "synthetic-markov", batch_size: int = 8, seq_len: int = 32,
                 calib: int = 2, dtype: torch.dtype = torch.float32) -> dict[int, float]:
     """Mean non-zero ratio of block j's (quantised) FFN activation, for each j in ``blocks``."""
@@ -69,7 +69,7 @@ def _select(model_name, num_stages, window, bits, signed, seed, data, batch_size
 
 
 def select_split(model_name: str, num_stages: int, *, window: int = 1, bits: int | None = 4,
-                 signed: bool = True, seed: int = 0, data: str = "synthetic-markov", batch_size: int = 8,
+                 signed: str | bool = "auto", seed: int = 0, data: str = "synthetic-markov", batch_size: int = 8,
                  seq_len: int = 32, calib: int = 2,
                  dtype: torch.dtype = torch.float32) -> tuple[tuple[int, ...], dict[int, float]]:
     """``(cuts, {candidate block: measured non-zero ratio})`` for ``num_stages`` stages."""

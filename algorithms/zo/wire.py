@@ -3,7 +3,8 @@
 Per evaluation (one unperturbed or perturbed forward) a split link carries
 two messages: the FFN activation ``C(a)`` (tag ``act``: the per-channel
 fixpoint quantiser + sparse body, or with ``bits=None`` the lossless sparse
-encoding of the raw values) and the residual stream ``r`` (tag ``residual``:
+encoding of the raw values; the quantiser's grid follows the activation's
+sign, see :data:`SIGNED_MODES`) and the residual stream ``r`` (tag ``residual``:
 dense, fp16 by default for quantised runs, raw for identity runs; the block's
 ``r + fc2(a)`` needs it, seed-sparq §7 A2).  Once per iteration the first
 stage sends the labels to the last (tag ``labels``, the ``ids`` codec: 1, 2 or
@@ -26,16 +27,37 @@ import math
 
 import torch
 
-from algorithms.codecs import Codec, fixpoint_quantize, make_codec
+from algorithms.codecs import Codec, fixpoint_quantize, make_codec, resolve_signed
 from algorithms.codecs.ids import id_nbytes
 
 FORMATS = ("auto", "dense", "bitmap", "coo")
+# The activation quantiser's grid.  auto (the default): per message, unsigned levels
+# when the activation has no negative entry, signed otherwise.  A split sits right
+# after the FFN activation (SparQ §4), so with ReLU (OPT) every message is
+# non-negative and gets all 2**b levels on [0, s]; the signed grid would spend half
+# of them below zero and at 1 bit round every ReLU output to 0 (nothing sent).
+# GELU / SwiGLU outputs have negative entries and keep the signed grid.  Deciding
+# per message from the tensor itself needs no table of model families, and the
+# choice travels in the qchannel header's signed flag, so the receiver needs no
+# side information.  true / false force one grid (false clips negatives to 0).
+SIGNED_MODES = ("auto", "true", "false")
 
 
-def act_codec(bits: int | None, signed: bool = True, fmt: str = "auto") -> Codec:
+def signed_option(signed: str | bool | None) -> bool | None:
+    """``"auto"`` (or None) -> None (per message); ``"true"`` / ``"false"`` (or a bool) -> that grid."""
+    if signed is None or isinstance(signed, bool):
+        return signed
+    if signed not in SIGNED_MODES:
+        raise ValueError(f"signed must be one of {', '.join(SIGNED_MODES)}, got {signed!r}")
+    return None if signed == "auto" else signed == "true"
+
+
+def act_codec(bits: int | None, signed: str | bool | None = "auto", fmt: str = "auto") -> Codec:
     if bits is None:
         return make_codec(f"sparse:format={fmt}")
-    return make_codec(f"qchannel:bits={bits},signed={'true' if signed else 'false'},format={fmt}")
+    s = signed_option(signed)
+    return make_codec(f"qchannel:bits={bits},signed={'auto' if s is None else str(s).lower()},"
+                      f"format={fmt}")
 
 
 def residual_codec(spec: str, bits: int | None) -> Codec:
@@ -82,12 +104,13 @@ def act_nbytes(shape: tuple[int, ...], k: int, bits: int | None, itemsize: int, 
     return h0 + 2 * shape[-1] + sparse_body_nbytes(n, k, bits, fmt)
 
 
-def act_nnz(a: torch.Tensor, bits: int | None, signed: bool = True) -> int:
+def act_nnz(a: torch.Tensor, bits: int | None, signed: str | bool | None = "auto") -> int:
     """What the act message's body counts as nonzero: quantised codes, or nonzero bit patterns."""
     if bits is None:
         ints = {2: torch.int16, 4: torch.int32, 8: torch.int64}[a.element_size()]
         return int(torch.count_nonzero(a.detach().reshape(-1).view(ints)))
-    return fixpoint_quantize(a.detach().cpu(), bits, signed).nnz
+    x = a.detach().cpu()
+    return fixpoint_quantize(x, bits, resolve_signed(x, signed_option(signed))).nnz
 
 
 def residual_nbytes(shape: tuple[int, ...], codec: Codec, run_itemsize: int) -> int:
