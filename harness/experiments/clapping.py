@@ -62,9 +62,10 @@ def clapping(scale: str, out_dir: Path, quiet: bool) -> list[Table]:
     run_dir = out_dir / "clapping" / "runs"
     common, runs = _runs(scale)
     rows, raw_bytes, curves = [], None, []
-    # Table 3 (LLaMA-2 7B, Top-5 %) names our settings slightly differently
+    # Table 3 (LLaMA-2 7B row, Top-5 %) names our settings slightly differently
     paper_acc = {r["setting"].split(" / ")[1]: r["value"] for r in load_reference("clapping")
-                 if r["table"] == "Table 3" and r["metric"] == "val_accuracy"}
+                 if r["table"] == "Table 3" and r["metric"] == "val_accuracy"
+                 and r["setting"].startswith("LLaMA-2 7B / ")}
     paper_acc["EF21 (FC p=1)"] = paper_acc.get("EF21")
     for label, algo, params in runs:
         cfg = make_config(algo, params=params, **common)

@@ -28,7 +28,9 @@ def load_reference(path_or_paper: str | os.PathLike) -> list[dict[str, Any]]:
     ``path_or_paper`` is a CSV path or a paper name looked up as
     ``results/reference/<paper>.csv`` (in the working directory, then in the
     source checkout). Lines starting with ``#`` are comments. The CSV needs at
-    least the columns ``table, setting, metric, value, unit, source``.
+    least the columns ``table, setting, metric, value, unit, source``; an optional
+    ``note`` says what a cell's reading depends on ("uncertain reading: ..." for a
+    cell read from garbled text; why a value is empty, e.g. out of memory).
     """
     p = Path(path_or_paper)
     looks_like_path = p.suffix.lower() == ".csv" or len(p.parts) > 1
