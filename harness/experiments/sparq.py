@@ -194,7 +194,8 @@ def residual_note(recs: dict) -> str:
     return (f"residual stream: {res / sq_all:.0%} of SparQ's payload (fp16; codec parameter "
             f"`residual`). SparQ saves {1 - sq_all / fo_all:.1%} of the FO pipeline's bytes with it, "
             f"{1 - (sq_all - res) / fo_all:.1%} with SparQ's residual not counted; a narrower "
-            f"residual codec lands between the two")
+            f"residual codec lands between the two (the FO pipeline sends its residual inside its "
+            f"activation messages, so its residual column is 0)")
 
 
 def _claims(recs: dict, perturbations: int) -> None:
