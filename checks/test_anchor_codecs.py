@@ -236,7 +236,7 @@ def test_natural_is_unbiased_for_every_dtype(seed, d, dtype):
     assert bool((torch.frexp(y[nz])[0].abs() == 0.5).all())
 
 
-@settings(max_examples=5)
+@settings(max_examples=4)
 @given(seeds, st.integers(2, 9), st.sampled_from(FLOATS))
 def test_scaled_randk_is_unbiased_for_every_dtype(seed, d, dtype):
     """Rand-k with scaling: each coordinate kept with probability k/d as x·d/k, so E = x and
@@ -246,7 +246,7 @@ def test_scaled_randk_is_unbiased_for_every_dtype(seed, d, dtype):
     xd = x.to(torch.float64)
     codec = make_codec(f"randk:k={k},scaled=true")
     g = gen(seed)
-    y = torch.stack([codec.decode(codec.encode(x, g)).to(torch.float64) for _ in range(N_DRAWS)])
+    y = torch.stack([codec.decode(codec.encode(x, g)).to(torch.float64) for _ in range(600)])
     assert bool(((y != 0).sum(1) <= k).all())
     eps = float(torch.finfo(dtype).eps)
     _z_test(y, xd, xd**2 * (d / k - 1), eps * xd.abs() * d / k)
