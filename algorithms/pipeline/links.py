@@ -69,7 +69,7 @@ class SlotMemory:
     def put(self, key, rows: StepRows, mb: int, value: torch.Tensor) -> None:
         self.states[key] = value
 
-    def raw_rows(self, rows: StepRows, mb: int) -> torch.Tensor:
+    def raw_rows(self, key, rows: StepRows, mb: int) -> torch.Tensor:
         fresh = rows.fresh[rows.slice(mb)]
         return fresh if self.reset_fresh else torch.zeros_like(fresh)
 
@@ -81,14 +81,15 @@ class SampleMemory:
     """AQ-SGD: one state per training sample (``N`` rows per boundary tensor), zero at start.
 
     With ``raw_first_visit`` a sample's first visit travels raw (the original
-    AQ-SGD); by default its buffer starts at zero (spec A27).
+    AQ-SGD); by default its buffer starts at zero (spec A27).  Visits are
+    counted per boundary tensor, so every tensor of a first visit travels raw.
     """
 
     def __init__(self, num_samples: int, raw_first_visit: bool = False):
         self.num_samples = num_samples
         self.raw_first_visit = raw_first_visit
         self.buffers: dict[int, torch.Tensor] = {}  # tensor index -> [N, ...]
-        self.visited = torch.zeros(num_samples, dtype=torch.bool)
+        self.visited: dict[int, torch.Tensor] = {}  # tensor index -> [N] bool
 
     def _buffer(self, i: int, like: torch.Tensor) -> torch.Tensor:
         if i not in self.buffers:  # real memory: N samples' boundary tensors
@@ -103,12 +104,17 @@ class SampleMemory:
     def put(self, key, rows: StepRows, mb: int, value: torch.Tensor) -> None:
         ids = rows.sample_ids[rows.slice(mb)]
         self._buffer(key[1], value)[ids.to(value.device)] = value
-        self.visited[ids] = True
+        self._visited(key[1])[ids] = True
 
-    def raw_rows(self, rows: StepRows, mb: int) -> torch.Tensor:
+    def _visited(self, i: int) -> torch.Tensor:
+        if i not in self.visited:
+            self.visited[i] = torch.zeros(self.num_samples, dtype=torch.bool)
+        return self.visited[i]
+
+    def raw_rows(self, key, rows: StepRows, mb: int) -> torch.Tensor:
         ids = rows.sample_ids[rows.slice(mb)]
         if self.raw_first_visit:
-            return ~self.visited[ids]
+            return ~self._visited(key[1])[ids]
         return torch.zeros(len(ids), dtype=torch.bool)
 
     def tensors(self) -> list[torch.Tensor]:
@@ -136,7 +142,7 @@ class EFChannel(Channel):
         mb, rows = key[0], self.step
         x = x.detach()
         state = self.memory.get(key, rows, mb, x).clone()
-        raw = self.memory.raw_rows(rows, mb).to(x.device)
+        raw = self.memory.raw_rows(key, rows, mb).to(x.device)
         if bool(raw.any()):
             comm.send(self.wire.encode(x[raw].cpu()).data, dst, tag=tag)
             state[raw] = x[raw]
@@ -155,7 +161,7 @@ class EFChannel(Channel):
 
     def recv(self, comm, src, tag, key, device) -> torch.Tensor:
         mb, rows = key[0], self.step
-        raw = self.memory.raw_rows(rows, mb)
+        raw = self.memory.raw_rows(key, rows, mb)
         parts = {}
         if bool(raw.any()):
             parts["raw"] = self.wire.decode(Payload(comm.recv(src, tag=tag))).to(device)
