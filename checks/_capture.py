@@ -23,8 +23,12 @@ class CapturingContext(RankContext):
         return super().finish(params)
 
 
-def run_capturing(cfg: RunConfig) -> tuple[list, dict[int, torch.Tensor]]:
-    """``(rank outputs, {global index: final parameter in the run dtype})`` of a threads run."""
+def run_capturing(cfg: RunConfig, replicated: bool = False) -> tuple[list, dict[int, torch.Tensor]]:
+    """``(rank outputs, {global index: final parameter in the run dtype})`` of a threads run.
+
+    Stages hold disjoint parameters, which are merged; with ``replicated`` every rank
+    holds the whole model (DistZO2), and every rank's copy must be bit-identical.
+    """
     spec = get_algorithm(cfg.algorithm)
     ctxs: dict[int, CapturingContext] = {}
 
@@ -34,9 +38,11 @@ def run_capturing(cfg: RunConfig) -> tuple[list, dict[int, torch.Tensor]]:
 
     outs = run_threads(cfg.world_size, body, timeout_s=cfg.timeout_s)
     params: dict[int, torch.Tensor] = {}
-    for ctx in ctxs.values():
-        for i, p in ctx.captured.items():
-            if i in params:
+    for r in sorted(ctxs):
+        for i, p in ctxs[r].captured.items():
+            if i in params and not replicated:
                 raise AssertionError(f"parameter {i} finished on two ranks")
+            if i in params and not torch.equal(params[i], p):
+                raise AssertionError(f"rank {r}'s parameter {i} differs from rank 0's")
             params[i] = p
     return outs, params

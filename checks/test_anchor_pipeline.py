@@ -70,7 +70,7 @@ def test_distzo2_step_is_x_minus_lr_g_z_with_g_from_the_unsplit_model(algo, worl
     lr, mu = 1e-2, 1e-3
     cfg = make_config(algo, world_size=world, model="tiny-opt", steps=1, seed=5, batch_size=4, seq_len=16,
                       dtype="float64", params=dict(lr=lr, mu=mu, perturbations=P, difference=difference))
-    outs, final = run_capturing(cfg)
+    outs, final = run_capturing(cfg, replicated=True)
 
     net = build_model(cfg.model, seed=cfg.seed, dtype=F64).eval()
     ids, labels = _whole_batch(cfg)

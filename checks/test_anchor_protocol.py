@@ -34,7 +34,12 @@ from hypothesis import strategies as st
 from algorithms.codecs import make_codec
 from algorithms.codecs.channel import Channel
 from algorithms.protocol.model import ConstrainedModel, first_free_block
-from algorithms.protocol.pipeline import GramAccumulator, ProtocolBoundary, grassmann_sync, make_wire
+from algorithms.protocol.pipeline import (
+    GramAccumulator,
+    ProtocolBoundary,
+    grassmann_sync,
+    make_wire,
+)
 from algorithms.protocol.subspace import Wire, make_basis
 from algorithms.zo.sparq import Link, SparQParams
 from harness.comm import run_threads
@@ -137,8 +142,9 @@ def test_protocol_equals_protocol_central_in_float64_with_grassmann_updates(mode
         assert o.extra["basis_shift_sin"][0] > 1e-6  # the subspace really moved
 
 
-#: measured max |protocol - protocol-central| after 4 AdamW steps in float64
-TOL_PARAMS = 1e-12
+#: steps x lr x 1e-9: AdamW divides rounding-level gradient differences (~1e-17, the wire
+#: rebuilds X = C Uᵀ + T[ids] with rounding) by √v + ε (ε = 1e-8); measured: 6e-13
+TOL_PARAMS = 4 * 3e-3 * 1e-9
 
 
 # --------------------------------------------------------------------------- token ids
