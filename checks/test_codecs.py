@@ -66,8 +66,9 @@ def ceil8(bits: int) -> int:
 
 
 def h0(ndim: int, params: int) -> int:
-    """Documented header size: magic 2, version 1, id 1, dtype 1, ndim 1, 4/dim, params, CRC 4."""
-    return 10 + 4 * ndim + params
+    """Documented header size: magic 2, version 1, id 1, dtype 1, ndim 1, 4/dim, params,
+    body CRC 4, header CRC 4 (the body checksum is on by default)."""
+    return 14 + 4 * ndim + params
 
 
 def index_bits(n: int) -> int:
