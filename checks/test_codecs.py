@@ -429,7 +429,7 @@ def test_sparse_round_trips_any_integer_codes(seed, dtype, shape, density, opts)
     fmt = opts.split("format=")[1].split(",")[0] if "format=" in opts else best_format(costs)
     hdr = h0(x.dim(), 7)
     assert p.nbytes == c.encoded_nbytes(x) == hdr + costs[fmt]
-    assert int(p.data[hdr - 4 - 7 + 2]) == FORMAT_CODE[fmt]  # format recorded in the header
+    assert int(p.data[hdr - 8 - 7 + 2]) == FORMAT_CODE[fmt]  # format recorded in the header
     if "format=" not in opts:
         assert p.nbytes <= hdr + costs["dense"]  # P18: never above the dense encoding
 
@@ -767,7 +767,7 @@ def test_p16_p17_qchannel_wire_is_lossless_and_sized(seed, shape, bits, opts, dt
     fmt = opts.split("format=")[1] if "format=" in opts else best_format(costs)
     hdr = h0(len(shape), 7)
     assert p.nbytes == codec.encoded_nbytes(x) == hdr + 2 * H + costs[fmt]
-    assert int(p.data[hdr - 4 - 5]) == FORMAT_CODE[fmt]
+    assert int(p.data[hdr - 8 - 5]) == FORMAT_CODE[fmt]
     floor = codec.floor_bits(x)
     assert 16 * H <= floor <= 8 * p.nbytes
 
@@ -836,7 +836,7 @@ def test_relu_activations_are_sent_sparse(seed, shift):
     costs = sparse_costs(n, k, 4, index_bits(n))
     hdr = h0(3, 7)
     assert p.nbytes == hdr + 2 * H + min(costs.values())
-    assert int(p.data[hdr - 4 - 5]) == FORMAT_CODE[best_format(costs)]
+    assert int(p.data[hdr - 8 - 5]) == FORMAT_CODE[best_format(costs)]
     for f in ("bitmap", "coo"):
         assert p.nbytes <= make_codec(f"qchannel:bits=4,format={f}").encoded_nbytes(x)
 
@@ -942,7 +942,7 @@ def test_wrong_magic_version_and_codec_id(spec, payload, header):
     for offset, value, match in (
         (0, ord("X"), "magic"),
         (1, 0, "magic"),
-        (2, 2, "version"),
+        (2, 3, "version"),
         (2, 0, "version"),
         (3, 99, "codec id"),
     ):

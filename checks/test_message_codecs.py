@@ -87,6 +87,7 @@ def test_ids_refuse_floats_bad_specs_and_ids_beyond_the_vocabulary():
     p = make_codec("ids:vocab=300").encode(torch.tensor([299, 7]))  # 2 bytes each, room for 300
     d = p.data.clone()
     d[-4:-2] = torch.tensor([44, 1], dtype=torch.uint8)  # little-endian 300
+    seal(d)  # a well-checksummed body: the vocabulary check must catch it
     with pytest.raises(CodecError, match=">= vocab"):
         decode(Payload(d))
 
@@ -193,7 +194,7 @@ def test_sparse_qstoch_truncated_or_corrupted_payloads_are_refused():
     codec = make_codec("sparse-qstoch:bits=5")
     x = torch.tensor([0.5, 0.0, -1.25, 0.0, 3.0, 0.0, 0.0, 2.0])
     p = codec.encode(x, gen(0))
-    assert unpack_bits(p.data[23:25], 3, 4).tolist() == [0, 2, 4, 7]  # the indices, 3 bits each
+    assert unpack_bits(p.data[27:29], 3, 4).tolist() == [0, 2, 4, 7]  # the indices, 3 bits each
     for bad in _corruptions(p, 23 + 4):
         with pytest.raises(CodecError):
             codec.decode(bad)
@@ -203,9 +204,11 @@ def test_sparse_qstoch_truncated_or_corrupted_payloads_are_refused():
 def test_sparse_qstoch_body_byte_flips_never_crash(seed, data, flip):
     x = _sparse(seed, (30,), 0.4, torch.float32)
     p = make_codec("sparse-qstoch:bits=3").encode(x, gen(seed))
-    assume(p.nbytes > 23)
+    assume(p.nbytes > 27)
     d = p.data.clone()
-    d[data.draw(st.integers(23, p.nbytes - 1))] ^= flip
+    d[data.draw(st.integers(27, p.nbytes - 1))] ^= flip
+    if data.draw(st.booleans()):
+        seal(d)  # re-checksummed: the structural checks alone must hold
     try:
         y = decode(Payload(d))
     except CodecError:
@@ -215,5 +218,5 @@ def test_sparse_qstoch_body_byte_flips_never_crash(seed, data, flip):
 
 def test_header_crc_covers_the_new_parameters():
     p = make_codec("sparse-qstoch:bits=4").encode(torch.tensor([1.0, 0.0]))
-    head = bytes(p.data[:23].tolist())
+    head = bytes(p.data[:27].tolist())
     assert struct.unpack("<I", head[-4:])[0] == zlib.crc32(head[:-4])

@@ -172,7 +172,8 @@ class Payload:
 
     @classmethod
     def frombytes(cls, raw: bytes | bytearray | memoryview) -> Payload:
-        return cls(torch.frombuffer(bytearray(raw), dtype=torch.uint8))
+        raw = bytearray(raw)
+        return cls(torch.frombuffer(raw, dtype=torch.uint8) if raw else torch.empty(0, dtype=torch.uint8))
 
     def __len__(self) -> int:
         return self.nbytes
@@ -223,6 +224,7 @@ class Header:
     shape: tuple[int, ...]
     params: bytes
     nbytes: int
+    body_crc: int | None = None  # version 2: checked by check_body_length
 
     @property
     def numel(self) -> int:
@@ -293,20 +295,23 @@ def parse_header(data: torch.Tensor, expect_family: int | None = None) -> Header
         raise CodecError(f"payload announces a {out}-byte tensor {shape}, more than the decoders' "
                          f"bound of {max_decoded_bytes()} bytes (set_max_decoded_bytes)")
     end = FIXED_HEADER + 4 * ndim + PARAM_SIZES[family]
-    if version == VERSION_BODY_CRC:
-        (body_crc,) = struct.unpack_from("<I", raw, end)
-        if zlib.crc32(data[h0:].numpy()) != body_crc:
-            raise CodecError("corrupted body: CRC-32 mismatch (truncated, extended or altered)")
-    return Header(family, dtype, shape, raw[FIXED_HEADER + 4 * ndim : end], h0)
+    body_crc = struct.unpack_from("<I", raw, end)[0] if version == VERSION_BODY_CRC else None
+    return Header(family, dtype, shape, raw[FIXED_HEADER + 4 * ndim : end], h0, body_crc)
 
 
 def check_body_length(data: torch.Tensor, hdr: Header, body: int) -> None:
+    """The body has the length the header implies and, in version 2, its CRC-32.
+
+    Every decoder calls this before reading the body.
+    """
     want = hdr.nbytes + body
     got = data.numel()
     if got < want:
         raise CodecError(f"truncated payload: {got} bytes, header announces {want}")
     if got > want:
         raise CodecError(f"payload has {got - want} trailing bytes after the {want} announced")
+    if hdr.body_crc is not None and zlib.crc32(data[hdr.nbytes:].numpy()) != hdr.body_crc:
+        raise CodecError("corrupted body: CRC-32 mismatch")
 
 
 def log2_binom(n: int, k: int) -> float:
