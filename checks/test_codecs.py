@@ -66,8 +66,9 @@ def ceil8(bits: int) -> int:
 
 
 def h0(ndim: int, params: int) -> int:
-    """Documented header size: magic 2, version 1, id 1, dtype 1, ndim 1, 4/dim, params, CRC 4."""
-    return 10 + 4 * ndim + params
+    """Documented header size: magic 2, version 1, id 1, dtype 1, ndim 1, 4/dim, params,
+    body CRC 4, header CRC 4 (the body checksum is on by default)."""
+    return 14 + 4 * ndim + params
 
 
 def index_bits(n: int) -> int:
@@ -428,7 +429,7 @@ def test_sparse_round_trips_any_integer_codes(seed, dtype, shape, density, opts)
     fmt = opts.split("format=")[1].split(",")[0] if "format=" in opts else best_format(costs)
     hdr = h0(x.dim(), 7)
     assert p.nbytes == c.encoded_nbytes(x) == hdr + costs[fmt]
-    assert int(p.data[hdr - 4 - 7 + 2]) == FORMAT_CODE[fmt]  # format recorded in the header
+    assert int(p.data[hdr - 8 - 7 + 2]) == FORMAT_CODE[fmt]  # format recorded in the header
     if "format=" not in opts:
         assert p.nbytes <= hdr + costs["dense"]  # P18: never above the dense encoding
 
@@ -766,7 +767,7 @@ def test_p16_p17_qchannel_wire_is_lossless_and_sized(seed, shape, bits, opts, dt
     fmt = opts.split("format=")[1] if "format=" in opts else best_format(costs)
     hdr = h0(len(shape), 7)
     assert p.nbytes == codec.encoded_nbytes(x) == hdr + 2 * H + costs[fmt]
-    assert int(p.data[hdr - 4 - 5]) == FORMAT_CODE[fmt]
+    assert int(p.data[hdr - 8 - 5]) == FORMAT_CODE[fmt]
     floor = codec.floor_bits(x)
     assert 16 * H <= floor <= 8 * p.nbytes
 
@@ -835,7 +836,7 @@ def test_relu_activations_are_sent_sparse(seed, shift):
     costs = sparse_costs(n, k, 4, index_bits(n))
     hdr = h0(3, 7)
     assert p.nbytes == hdr + 2 * H + min(costs.values())
-    assert int(p.data[hdr - 4 - 5]) == FORMAT_CODE[best_format(costs)]
+    assert int(p.data[hdr - 8 - 5]) == FORMAT_CODE[best_format(costs)]
     for f in ("bitmap", "coo"):
         assert p.nbytes <= make_codec(f"qchannel:bits=4,format={f}").encoded_nbytes(x)
 
@@ -941,7 +942,7 @@ def test_wrong_magic_version_and_codec_id(spec, payload, header):
     for offset, value, match in (
         (0, ord("X"), "magic"),
         (1, 0, "magic"),
-        (2, 2, "version"),
+        (2, 3, "version"),
         (2, 0, "version"),
         (3, 99, "codec id"),
     ):

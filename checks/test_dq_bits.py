@@ -29,12 +29,12 @@ def test_message_bits_and_bytes_closed_forms(seed, d, b):
     x = torch.randn(d, generator=g, dtype=F64)
     dense = wire.quantized(x, b, g)
     assert dense.paper_bits == 32 + b * d
-    assert dense.nbytes == make_codec(f"qstoch:bits={b}").encoded_nbytes(x) == 19 + math.ceil(b * d / 8)
+    assert dense.nbytes == make_codec(f"qstoch:bits={b}").encoded_nbytes(x) == 23 + math.ceil(b * d / 8)
     sp = wire.sparse_quantized(x, b, 1.0, g)
     w = max(1, math.ceil(math.log2(d)))
     assert sp.paper_bits == 32 + sp.nnz * (w + b)
-    # shared codec header (1-D: 19 + 4 bytes, CRC included), then the (index, code) pairs
-    assert sp.nbytes == wire.sparse_nbytes(d, sp.nnz, b) == 23 + math.ceil(sp.nnz * w / 8) + math.ceil(sp.nnz * b / 8)
+    # shared codec header (1-D: 23 + 4 bytes, CRCs included), then the (index, code) pairs
+    assert sp.nbytes == wire.sparse_nbytes(d, sp.nnz, b) == 27 + math.ceil(sp.nnz * w / 8) + math.ceil(sp.nnz * b / 8)
     assert wire.sparse_nnz(sp.data) == sp.nnz
     assert 1 <= sp.nnz <= d
     full = wire.full(x)

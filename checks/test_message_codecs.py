@@ -23,7 +23,7 @@ from algorithms.codecs import (
     qstoch_law,
     unpack_bits,
 )
-from algorithms.codecs._core import FAMILY_SPARSE_QSTOCH, build_header
+from algorithms.codecs._core import FAMILY_SPARSE_QSTOCH, build_header, seal
 from algorithms.codecs.ids import id_nbytes, ids_nbytes
 from algorithms.codecs.sparse_qstoch import sparse_qstoch_nbytes
 
@@ -58,7 +58,7 @@ def test_ids_round_trip_edges_and_random_ids(seed, vocab, shape, dtype):
     x = x.to(dtype)
     p = codec.encode(x)
     assert p.nbytes == codec.encoded_nbytes(x) == ids_nbytes(tuple(shape), vocab)
-    assert p.nbytes == 14 + 4 * len(shape) + x.numel() * WIDTH[vocab] and id_nbytes(vocab) == WIDTH[vocab]
+    assert p.nbytes == 18 + 4 * len(shape) + x.numel() * WIDTH[vocab] and id_nbytes(vocab) == WIDTH[vocab]
     for y in (codec.decode(p), decode(p), make_codec("ids:vocab=2").decode(p)):  # the header says V
         assert y.dtype == dtype and torch.equal(y, x)
     assert codec.is_lossless_on(x)
@@ -87,6 +87,7 @@ def test_ids_refuse_floats_bad_specs_and_ids_beyond_the_vocabulary():
     p = make_codec("ids:vocab=300").encode(torch.tensor([299, 7]))  # 2 bytes each, room for 300
     d = p.data.clone()
     d[-4:-2] = torch.tensor([44, 1], dtype=torch.uint8)  # little-endian 300
+    seal(d)  # a well-checksummed body: the vocabulary check must catch it
     with pytest.raises(CodecError, match=">= vocab"):
         decode(Payload(d))
 
@@ -94,7 +95,7 @@ def test_ids_refuse_floats_bad_specs_and_ids_beyond_the_vocabulary():
 def test_ids_truncated_or_corrupted_payloads_are_refused():
     codec = make_codec("ids:vocab=50272")
     p = codec.encode(torch.tensor([[1, 50271], [0, 3]]))
-    for bad in _corruptions(p, 14 + 4 * 2):
+    for bad in _corruptions(p, 18 + 4 * 2):
         with pytest.raises(CodecError):
             codec.decode(bad)
 
@@ -116,7 +117,7 @@ def test_sparse_qstoch_bytes_law_and_round_trip(seed, bits, shape, density, dtyp
     p = codec.encode(x, gen(seed))
     w = max(1, math.ceil(math.log2(n))) if n > 1 else 1
     assert p.nbytes == codec.encoded_nbytes(x) == sparse_qstoch_nbytes(n, nnz, bits, x.dim())
-    assert p.nbytes == 19 + 4 * x.dim() + math.ceil(nnz * w / 8) + math.ceil(nnz * bits / 8)
+    assert p.nbytes == 23 + 4 * x.dim() + math.ceil(nnz * w / 8) + math.ceil(nnz * bits / 8)
     assert torch.equal(p.data, codec.encode(x, gen(seed)).data)  # the generator is the only randomness
     y = decode(p)
     assert y.shape == x.shape and y.dtype == x.dtype and torch.equal(codec.decode(p), y)
@@ -155,17 +156,20 @@ def test_sparse_qstoch_refuses_non_finite_inputs_and_scales():
     with pytest.raises(CodecError, match="normal float32"):
         codec.encode(torch.tensor([1e300, 0.0], dtype=torch.float64))  # δ overflows float32
     good = codec.encode(torch.tensor([0.0, 1.0, -1.0]))
-    body = good.data[19 + 4:]
+    body = good.data[23 + 4:]
     for delta, nnz in ((float("nan"), 2), (float("inf"), 2), (-1.0, 2), (0.0, 2), (1.0, 0), (1e-40, 2)):
         head = build_header(FAMILY_SPARSE_QSTOCH, torch.float32, (3,), struct.pack("<BfI", 4, delta, nnz))
         payload = torch.cat([torch.frombuffer(bytearray(head), dtype=torch.uint8), body[: 2 if nnz else 0]])
+        seal(payload)
         with pytest.raises(CodecError, match="scale"):
             decode(Payload(payload))
 
 
 def _forged(params: bytes, body: list[int], n: int = 5) -> Payload:
     head = build_header(FAMILY_SPARSE_QSTOCH, torch.float32, (n,), params)
-    return Payload(torch.frombuffer(bytearray(head + bytes(body)), dtype=torch.uint8))
+    data = torch.frombuffer(bytearray(head + bytes(body)), dtype=torch.uint8)
+    seal(data)  # a forged but well-checksummed payload: the structural checks must catch it
+    return Payload(data)
 
 
 def test_sparse_qstoch_refuses_malformed_bodies():
@@ -190,8 +194,8 @@ def test_sparse_qstoch_truncated_or_corrupted_payloads_are_refused():
     codec = make_codec("sparse-qstoch:bits=5")
     x = torch.tensor([0.5, 0.0, -1.25, 0.0, 3.0, 0.0, 0.0, 2.0])
     p = codec.encode(x, gen(0))
-    assert unpack_bits(p.data[23:25], 3, 4).tolist() == [0, 2, 4, 7]  # the indices, 3 bits each
-    for bad in _corruptions(p, 19 + 4):
+    assert unpack_bits(p.data[27:29], 3, 4).tolist() == [0, 2, 4, 7]  # the indices, 3 bits each
+    for bad in _corruptions(p, 23 + 4):
         with pytest.raises(CodecError):
             codec.decode(bad)
 
@@ -200,9 +204,11 @@ def test_sparse_qstoch_truncated_or_corrupted_payloads_are_refused():
 def test_sparse_qstoch_body_byte_flips_never_crash(seed, data, flip):
     x = _sparse(seed, (30,), 0.4, torch.float32)
     p = make_codec("sparse-qstoch:bits=3").encode(x, gen(seed))
-    assume(p.nbytes > 23)
+    assume(p.nbytes > 27)
     d = p.data.clone()
-    d[data.draw(st.integers(23, p.nbytes - 1))] ^= flip
+    d[data.draw(st.integers(27, p.nbytes - 1))] ^= flip
+    if data.draw(st.booleans()):
+        seal(d)  # re-checksummed: the structural checks alone must hold
     try:
         y = decode(Payload(d))
     except CodecError:
@@ -212,5 +218,5 @@ def test_sparse_qstoch_body_byte_flips_never_crash(seed, data, flip):
 
 def test_header_crc_covers_the_new_parameters():
     p = make_codec("sparse-qstoch:bits=4").encode(torch.tensor([1.0, 0.0]))
-    head = bytes(p.data[:23].tolist())
+    head = bytes(p.data[:27].tolist())
     assert struct.unpack("<I", head[-4:])[0] == zlib.crc32(head[:-4])

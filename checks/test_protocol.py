@@ -215,7 +215,7 @@ def test_bytes_equal_closed_form_and_ratio_is_d_over_k(model, S, k, dtype):
     d, tokens = PRESETS[model].d_model, cfg.batch_size * cfg.seq_len
     msgs = (S - 1) * cfg.micro_batches
     hdr_c = wire_codec(cfg.params, cfg.torch_dtype).encoded_nbytes(torch.empty(0, 0, 0))
-    hdr_ids = 22  # ids codec, 2-D tensor: 14 + 4 * 2
+    hdr_ids = 26  # ids codec, 2-D tensor: 18 + 4 * 2
     per = bytes_per_token(cfg)
     s = 8 if dtype == "float64" else 4
     assert per == {"fwd": k * s + 1, "bwd": k * s, "uncompressed": d * s}

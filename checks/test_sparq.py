@@ -59,7 +59,7 @@ def test_dense_bytes_per_step_equal_the_closed_form(difference, M):
     act = wire.act_nbytes((B, T, 128), 0, None, 8, "dense")  # tiny-opt ffn 128, float64
     res = wire.dense_nbytes((B, T, 32), 8)
     labels = wire.labels_nbytes((B, T), 256)  # ids codec, vocab 256 -> 1 byte per token
-    assert labels == 22 + B * T  # h0 = 14 + 4 * 2
+    assert labels == 26 + B * T  # h0 = 18 + 4 * 2
     expected = (M - 1) * evals * (act + res) + labels + 4 * P * (M - 1)
     assert rec.metrics["payload_bytes_per_step"].value == expected
     assert rec.metrics["messages_per_step"].value == (M - 1) * evals * 2 + 1 + (M - 1)
@@ -235,5 +235,5 @@ def test_wire_closed_forms_match_the_codecs():
     for fmt in wire.FORMATS:
         assert make_codec(f"sparse:format={fmt}").encoded_nbytes(x) == wire.act_nbytes((2, 3, 40), 7, None, 4, fmt)
     r = make_codec("fp16")
-    assert r.encode(x).nbytes == wire.residual_nbytes((2, 3, 40), r, 4) == 11 + 12 + 2 * 240
-    assert math.prod((2, 3)) == Payload(make_codec("identity").encode(torch.zeros(2, 3, dtype=torch.uint8)).data).nbytes - 19
+    assert r.encode(x).nbytes == wire.residual_nbytes((2, 3, 40), r, 4) == 15 + 12 + 2 * 240
+    assert math.prod((2, 3)) == Payload(make_codec("identity").encode(torch.zeros(2, 3, dtype=torch.uint8)).data).nbytes - 23

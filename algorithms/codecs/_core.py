@@ -1,28 +1,35 @@
 """Payload container, wire header and the abstract :class:`Codec`.
 
-Wire header (version 1), little-endian, ``h0 = 10 + 4*ndim + P`` bytes::
+Wire header, little-endian, ``h0 = 14 + 4*ndim + P`` bytes (version 2, the
+default) or ``10 + 4*ndim + P`` (version 1, no body checksum)::
 
     offset  size     field
     0       2        magic b"CB"
-    2       1        version (1)
+    2       1        version (2: with body CRC; 1: without)
     3       1        codec family id (see ``FAMILY_*``)
     4       1        original dtype code (see ``DTYPE_CODES``)
     5       1        ndim (0..16)
     6       4*ndim   shape, one uint32 per dimension
     ...     P        codec parameters (fixed size per family: ``PARAM_SIZES``)
+    ...     4        version 2 only: CRC-32 (zlib) of the body
     ...     4        CRC-32 (zlib) of every header byte before it
 
 The body follows the header.  Its length is a function of the header alone, so a
-decoder checks ``len(payload) == h0 + body`` before reading it.  The CRC makes
-every single-byte (and every burst up to 32 bits) corruption of the header
-detectable, so a corrupted header can never decode to a wrong shape or dtype.
-The body is not checksummed (transports checksum their frames); its structure
-(index order and range, bitmap population, padding bits) is validated instead.
+decoder checks ``len(payload) == h0 + body`` before reading it.  The header CRC
+makes every single-byte (and every burst up to 32 bits) corruption of the header
+detectable, so a corrupted header can never decode to a wrong shape or dtype;
+the body CRC does the same for the body (a frame that passed the transport can
+still carry a peer's corrupted or truncated message).  Its structure (index
+order and range, bitmap population, padding bits) is validated as well.
+Encoders write version 2 unless :func:`set_body_checksum` turned it off; decoders
+read both.  Before allocating, every decoder bounds the tensor a header announces
+(:func:`max_decoded_bytes`).
 """
 
 from __future__ import annotations
 
 import abc
+import functools
 import math
 import struct
 import sys
@@ -33,10 +40,13 @@ from typing import ClassVar
 import torch
 
 MAGIC = b"CB"
-VERSION = 1
+VERSION_PLAIN = 1  # header CRC only
+VERSION_BODY_CRC = 2  # header CRC and CRC-32 of the body
+VERSION = VERSION_BODY_CRC
 MAX_NDIM = 16
 FIXED_HEADER = 6  # magic, version, codec id, dtype, ndim
 CRC_BYTES = 4
+BODY_CRC_BYTES = 4
 LITTLE_ENDIAN = sys.byteorder == "little"
 
 # codec family ids on the wire
@@ -91,6 +101,38 @@ FLOAT_DTYPES = (torch.float32, torch.float64, torch.float16, torch.bfloat16)
 INT_DTYPES = (torch.uint8, torch.int8, torch.int16, torch.int32, torch.int64)
 U32_MAX = 2**32 - 1
 
+#: Largest decoded tensor, in bytes, a decoder will build (1 GiB by default, the
+#: Comm's default maximum frame size).  A dense body's length already bounds its
+#: output; a sparse one (index list) announces ``n`` elements in a few bytes, so
+#: without this bound a 21-byte payload could ask for a 4 GiB tensor.
+DEFAULT_MAX_DECODED_BYTES = 1 << 30
+_limits = {"max_decoded_bytes": DEFAULT_MAX_DECODED_BYTES, "body_checksum": True}
+
+
+def body_checksum() -> bool:
+    """Whether encoders write a CRC-32 of the body (version 2 headers); on by default."""
+    return bool(_limits["body_checksum"])
+
+
+def set_body_checksum(on: bool) -> bool:
+    """Turn the body checksum on or off for encoders (process-wide); returns the previous setting."""
+    old = body_checksum()
+    _limits["body_checksum"] = bool(on)
+    return old
+
+
+def max_decoded_bytes() -> int:
+    return _limits["max_decoded_bytes"]
+
+
+def set_max_decoded_bytes(nbytes: int) -> int:
+    """Change the decoders' output bound (process-wide); returns the previous one."""
+    if not isinstance(nbytes, int) or nbytes < 1:
+        raise CodecError(f"max_decoded_bytes must be a positive integer, got {nbytes!r}")
+    old = _limits["max_decoded_bytes"]
+    _limits["max_decoded_bytes"] = nbytes
+    return old
+
 
 class CodecError(ValueError):
     """Malformed, truncated or corrupted payload, or a bad codec parameter."""
@@ -130,7 +172,8 @@ class Payload:
 
     @classmethod
     def frombytes(cls, raw: bytes | bytearray | memoryview) -> Payload:
-        return cls(torch.frombuffer(bytearray(raw), dtype=torch.uint8))
+        raw = bytearray(raw)
+        return cls(torch.frombuffer(raw, dtype=torch.uint8) if raw else torch.empty(0, dtype=torch.uint8))
 
     def __len__(self) -> int:
         return self.nbytes
@@ -139,17 +182,39 @@ class Payload:
         return f"Payload(nbytes={self.nbytes})"
 
 
+def _h0(ndim: int, family: int, version: int) -> int:
+    body_crc = BODY_CRC_BYTES if version == VERSION_BODY_CRC else 0
+    return FIXED_HEADER + 4 * ndim + PARAM_SIZES[family] + body_crc + CRC_BYTES
+
+
 def header_nbytes(ndim: int, family: int) -> int:
-    """``h0 = 10 + 4*ndim + P(family)``: fixed fields, shape, parameters and CRC."""
-    return FIXED_HEADER + 4 * ndim + PARAM_SIZES[family] + CRC_BYTES
+    """``h0 = 14 + 4*ndim + P(family)``: fixed fields, shape, parameters, body CRC and header CRC.
+
+    ``10 + 4*ndim + P`` while the body checksum is off (:func:`set_body_checksum`).
+    """
+    return _h0(ndim, family, VERSION_BODY_CRC if body_checksum() else VERSION_PLAIN)
 
 
 def build_header(family: int, dtype: torch.dtype, shape: tuple[int, ...], params: bytes) -> bytes:
+    """The header; with the body checksum on, its body-CRC slot is filled by :func:`seal`."""
     if len(params) != PARAM_SIZES[family]:  # pragma: no cover - programming error
         raise AssertionError("parameter block has the wrong size")
-    head = MAGIC + struct.pack("<BBBB", VERSION, family, DTYPE_CODES[dtype], len(shape))
+    version = VERSION_BODY_CRC if body_checksum() else VERSION_PLAIN
+    head = MAGIC + struct.pack("<BBBB", version, family, DTYPE_CODES[dtype], len(shape))
     head += struct.pack(f"<{len(shape)}I", *shape) + params
+    if version == VERSION_BODY_CRC:
+        head += bytes(BODY_CRC_BYTES)  # placeholder until the body is written
     return head + struct.pack("<I", zlib.crc32(head))
+
+
+def seal(data: torch.Tensor) -> None:
+    """Write the body CRC of a version-2 payload (and the header CRC over it), in place."""
+    if int(data[2]) != VERSION_BODY_CRC:
+        return
+    h0 = _h0(int(data[5]), int(data[3]), VERSION_BODY_CRC)
+    arr = data.numpy()
+    struct.pack_into("<I", arr, h0 - CRC_BYTES - BODY_CRC_BYTES, zlib.crc32(arr[h0:]))
+    struct.pack_into("<I", arr, h0 - CRC_BYTES, zlib.crc32(arr[: h0 - CRC_BYTES]))
 
 
 @dataclass(frozen=True)
@@ -159,6 +224,7 @@ class Header:
     shape: tuple[int, ...]
     params: bytes
     nbytes: int
+    body_crc: int | None = None  # version 2: checked by check_body_length
 
     @property
     def numel(self) -> int:
@@ -186,9 +252,10 @@ def peek_family(data: torch.Tensor) -> int:
         raise CodecError(
             f"bad magic {head[:2]!r}: not a commbench codec payload (expected {MAGIC!r})"
         )
-    if head[2] != VERSION:
+    if head[2] not in (VERSION_PLAIN, VERSION_BODY_CRC):
         raise CodecError(
-            f"unsupported payload version {head[2]} (this decoder reads version {VERSION})"
+            f"unsupported payload version {head[2]} (this decoder reads versions "
+            f"{VERSION_PLAIN} and {VERSION_BODY_CRC})"
         )
     if head[3] not in PARAM_SIZES:
         raise CodecError(
@@ -206,10 +273,10 @@ def parse_header(data: torch.Tensor, expect_family: int | None = None) -> Header
             f"not {FAMILY_NAMES[expect_family]!r} (id {expect_family})"
         )
     head = bytes(data[:FIXED_HEADER].tolist())
-    dcode, ndim = head[4], head[5]
+    version, dcode, ndim = head[2], head[4], head[5]
     if ndim > MAX_NDIM:
         raise CodecError(f"corrupted header: ndim {ndim} > {MAX_NDIM}")
-    h0 = header_nbytes(ndim, family)
+    h0 = _h0(ndim, family, version)
     if data.numel() < h0:
         raise CodecError(f"truncated payload: {data.numel()} bytes, header needs {h0}")
     raw = bytes(data[:h0].tolist())
@@ -218,18 +285,33 @@ def parse_header(data: torch.Tensor, expect_family: int | None = None) -> Header
         raise CodecError("corrupted header: CRC-32 mismatch")
     if dcode not in CODE_DTYPES:
         raise CodecError(f"corrupted header: unknown dtype code {dcode}")
-    shape = struct.unpack_from(f"<{ndim}I", raw, FIXED_HEADER)
-    params = raw[FIXED_HEADER + 4 * ndim : h0 - CRC_BYTES]
-    return Header(family, CODE_DTYPES[dcode], tuple(int(s) for s in shape), params, h0)
+    shape = tuple(int(s) for s in struct.unpack_from(f"<{ndim}I", raw, FIXED_HEADER))
+    numel = math.prod(shape)
+    if numel > U32_MAX:  # no encoder makes one (check_input)
+        raise CodecError(f"corrupted header: shape {shape} has {numel} >= 2**32 elements")
+    dtype = CODE_DTYPES[dcode]
+    out = numel * torch.empty((), dtype=dtype).element_size()
+    if out > max_decoded_bytes():
+        raise CodecError(f"payload announces a {out}-byte tensor {shape}, more than the decoders' "
+                         f"bound of {max_decoded_bytes()} bytes (set_max_decoded_bytes)")
+    end = FIXED_HEADER + 4 * ndim + PARAM_SIZES[family]
+    body_crc = struct.unpack_from("<I", raw, end)[0] if version == VERSION_BODY_CRC else None
+    return Header(family, dtype, shape, raw[FIXED_HEADER + 4 * ndim : end], h0, body_crc)
 
 
 def check_body_length(data: torch.Tensor, hdr: Header, body: int) -> None:
+    """The body has the length the header implies and, in version 2, its CRC-32.
+
+    Every decoder calls this before reading the body.
+    """
     want = hdr.nbytes + body
     got = data.numel()
     if got < want:
         raise CodecError(f"truncated payload: {got} bytes, header announces {want}")
     if got > want:
         raise CodecError(f"payload has {got - want} trailing bytes after the {want} announced")
+    if hdr.body_crc is not None and zlib.crc32(data[hdr.nbytes:].numpy()) != hdr.body_crc:
+        raise CodecError("corrupted body: CRC-32 mismatch")
 
 
 def log2_binom(n: int, k: int) -> float:
@@ -251,6 +333,21 @@ def parse_bool(name: str, value: str) -> bool:
 
 
 class Codec(abc.ABC):
+    # Every subclass's ``encode`` is wrapped to :func:`seal` its payload (body CRC).
+    def __init_subclass__(cls, **kw):
+        super().__init_subclass__(**kw)
+        enc = cls.__dict__.get("encode")
+        if enc is not None and not getattr(enc, "_seals", False):
+
+            @functools.wraps(enc)
+            def encode(self, x, generator=None, _enc=enc):
+                p = _enc(self, x, generator)
+                seal(p.data)
+                return p
+
+            encode._seals = True
+            cls.encode = encode
+
     """A message codec: ``encode(x) -> Payload`` and ``decode(Payload) -> x̂``.
 
     Declared properties (each is tested in ``checks/test_codecs.py``):

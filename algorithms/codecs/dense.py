@@ -41,7 +41,7 @@ class DenseCodec(Codec):
     every supported dtype, NaN and -0.0 included).  ``fp32`` / ``fp16`` /
     ``bf16`` / ``fp64`` cast to that dtype (round to nearest even) and back.
 
-    Size (bytes): ``h0 + n * itemsize(wire)`` with ``h0 = 11 + 4*ndim``.
+    Size (bytes): ``h0 + n * itemsize(wire)`` with ``h0 = 15 + 4*ndim``.
     Floor: ``8 * itemsize(wire) * n`` bits (n values of the wire width).
     Lossless on: identity: everything; casts: ``x.to(wire).to(x.dtype) == x``.
     Casts are deterministic and biased (round to nearest) and claim no

@@ -6,7 +6,7 @@ integer of ``8``, ``16`` or ``32`` bits, the narrowest that holds ``V - 1``
 (so OPT's 50 272 and GPT-2's 50 257 ids take 2 bytes).  ``V`` is in the
 header, so the payload alone says how wide the ids are and which are valid.
 
-Size (bytes): ``h0 + n * width(V)``, ``h0 = 14 + 4*ndim`` (parameters:
+Size (bytes): ``h0 + n * width(V)``, ``h0 = 18 + 4*ndim`` (parameters:
 ``V - 1`` as uint32, so any ``V`` in ``1..2**32``).  Floor: ``n * log2 V``
 bits.  Lossless on integer tensors whose values lie in ``[0, V-1]``; anything
 else is refused on encode (never wrapped), and a decoded id ``>= V`` is a
@@ -47,7 +47,7 @@ def id_nbytes(vocab: int) -> int:
 
 
 def ids_nbytes(shape: tuple[int, ...], vocab: int) -> int:
-    """Closed form of the payload: ``14 + 4*ndim + numel * id_nbytes(vocab)``."""
+    """Closed form of the payload: ``18 + 4*ndim + numel * id_nbytes(vocab)``."""
     return header_nbytes(len(shape), FAMILY_IDS) + math.prod(shape) * id_nbytes(vocab)
 
 

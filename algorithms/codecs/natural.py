@@ -10,7 +10,7 @@ Payload body: one code per entry, ``sign << E | e`` packed at ``1 + E`` bits, wh
 ``e = 0`` means zero and ``e = a - emin + 1`` otherwise, and ``E`` is the
 exponent width of the input dtype: 1 + 8 = 9 bits for float32 / bfloat16,
 1 + 5 = 6 bits for float16 (the paper's 37.5 %), 1 + 11 = 12 for float64.
-Size (bytes): ``h0 + ceil(n (1 + E) / 8)`` with ``h0 = 11 + 4*ndim``.
+Size (bytes): ``h0 + ceil(n (1 + E) / 8)`` with ``h0 = 15 + 4*ndim``.
 
 Range edges (documented, not hidden): powers of two below the smallest normal
 ``2^emin`` are not representable, so a subnormal ``|t|`` rounds to ``0`` or

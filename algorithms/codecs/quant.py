@@ -235,7 +235,7 @@ class QStochCodec(Codec):
     ``δ = ‖x‖∞/(2**(b-1)-1)``, codes ``k ∈ [-L, L]`` (see the module docstring
     for the exact sampler and its ``2**-R`` resolution).  ``2 <= b <= 16``.
 
-    Size (bytes): ``h0 + ceil(n*b/8)``, ``h0 = 15 + 4*ndim`` (the float32 δ is in
+    Size (bytes): ``h0 + ceil(n*b/8)``, ``h0 = 19 + 4*ndim`` (the float32 δ is in
     the header); the paper counts ``32 + b*n`` bits.
     Floor: ``32 + n*log2(2**b - 1)`` bits (δ plus one of the ``2**b-1`` levels
     actually used per coordinate).
@@ -503,7 +503,7 @@ class QChannelCodec(Codec):
 
     Size (bytes), ``n`` elements, ``k = nnz(q)``, ``H`` scales, ``w`` index bits:
     ``h0 + 2H + min(ceil(n*b/8), ceil(n/8) + ceil(k*b/8), ceil(k*w/8) + ceil(k*b/8))``
-    with ``h0 = 17 + 4*ndim`` (one term when a format is forced).
+    with ``h0 = 21 + 4*ndim`` (one term when a format is forced).
     Floor: ``log2(n+1) + log2 C(n,k) + k*log2(2**b-1) + 16H`` bits.
     Deterministic, biased; no contraction bound is claimed (every coordinate
     satisfies ``|x - x̂| <= |x|``, so ``‖C(x)-x‖ <= ‖x‖``, strictly for b >= 2).

@@ -73,7 +73,7 @@ class SparseCodec(Codec):
     (two's complement with ``signed=true``, the default, else unsigned); the
     input must then be an integer tensor whose values fit.
 
-    Size (bytes), ``n = numel``, ``h0 = 17 + 4*ndim``:
+    Size (bytes), ``n = numel``, ``h0 = 21 + 4*ndim``:
     ``h0 + min(ceil(n*vb/8), ceil(n/8) + ceil(k*vb/8), ceil(k*w/8) + ceil(k*vb/8))``
     with ``format=auto`` (one term when a format is forced).
 
@@ -225,7 +225,7 @@ class _KSparsifier(Codec):
     :class:`CodecError`.  The ``k`` selected entries travel with raw values of
     the input dtype, so the size depends only on ``n``, ``k``, dtype and ndim:
     ``h0 + min(ceil(n*vb/8), ceil(n/8) + k*vb/8, ceil(k*w/8) + k*vb/8)`` with
-    ``h0 = 17 + 4*ndim``, ``vb = 8*itemsize`` (one term if a format is forced).
+    ``h0 = 21 + 4*ndim``, ``vb = 8*itemsize`` (one term if a format is forced).
     """
 
     def __init__(

@@ -12,7 +12,7 @@ then the ``nnz`` flat indices (``w = max(1, ceil(log2 n))`` bits each,
 strictly increasing) and the ``nnz`` offset-binary codes ``k + 2**(B-1)``
 (``B`` bits each, ``k in [-L, L]``), both MSB-first (:mod:`.bitpack`).
 
-Size (bytes): ``h0 + ceil(nnz*w/8) + ceil(nnz*B/8)``, ``h0 = 19 + 4*ndim``; the
+Size (bytes): ``h0 + ceil(nnz*w/8) + ceil(nnz*B/8)``, ``h0 = 23 + 4*ndim``; the
 paper counts ``32 + nnz*(w + B)`` bits (δ, then (index, code) pairs: the nnz
 field is ours, byte padding would make the count ambiguous without it).
 Floor: ``32 + log2 C(n, nnz) + nnz*log2(2**B - 1)`` bits.

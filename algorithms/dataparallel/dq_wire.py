@@ -73,7 +73,7 @@ def sparse_paper_bits(d: int, nnz: int, b: int) -> int:
 
 
 def sparse_nbytes(d: int, nnz: int, b: int) -> int:
-    """``23 + ⌈nnz·w/8⌉ + ⌈nnz·b/8⌉``: the codec header of a 1-D vector (``19 + 4``), then the pairs."""
+    """``27 + ⌈nnz·w/8⌉ + ⌈nnz·b/8⌉``: the codec header of a 1-D vector (``23 + 4``, CRCs included), then the pairs."""
     return sparse_qstoch_nbytes(d, nnz, b)
 
 

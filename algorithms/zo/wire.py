@@ -27,7 +27,8 @@ import math
 
 import torch
 
-from algorithms.codecs import Codec, fixpoint_quantize, make_codec, resolve_signed
+from algorithms.codecs import Codec, fixpoint_quantize, header_nbytes, make_codec, resolve_signed
+from algorithms.codecs._core import FAMILY_DENSE, FAMILY_IDS, FAMILY_QCHANNEL
 from algorithms.codecs.ids import id_nbytes
 
 FORMATS = ("auto", "dense", "bitmap", "coo")
@@ -86,18 +87,18 @@ def sparse_body_nbytes(n: int, k: int, vbits: int, fmt: str = "auto") -> int:
 
 
 def dense_nbytes(shape: tuple[int, ...], wire_itemsize: int) -> int:
-    """Dense codec: ``h0 = 11 + 4 ndim`` plus the values."""
-    return 11 + 4 * len(shape) + math.prod(shape) * wire_itemsize
+    """Dense codec: ``h0 = 15 + 4 ndim`` (body CRC on) plus the values."""
+    return header_nbytes(len(shape), FAMILY_DENSE) + math.prod(shape) * wire_itemsize
 
 
 def labels_nbytes(shape: tuple[int, ...], vocab_size: int) -> int:
-    """ids codec: ``h0 = 14 + 4 ndim`` (``V - 1`` as uint32) plus 1, 2 or 4 bytes per token."""
-    return 14 + 4 * len(shape) + math.prod(shape) * id_nbytes(vocab_size)
+    """ids codec: ``h0 = 18 + 4 ndim`` (``V - 1`` as uint32) plus 1, 2 or 4 bytes per token."""
+    return header_nbytes(len(shape), FAMILY_IDS) + math.prod(shape) * id_nbytes(vocab_size)
 
 
 def act_nbytes(shape: tuple[int, ...], k: int, bits: int | None, itemsize: int, fmt: str = "auto") -> int:
     """qchannel: ``h0 + 2H + body(n, k, b)``; identity (sparse, raw values): ``h0 + body(n, k, 8 itemsize)``."""
-    h0 = 17 + 4 * len(shape)
+    h0 = header_nbytes(len(shape), FAMILY_QCHANNEL)  # 21 + 4 ndim; sparse's is the same size
     n = math.prod(shape)
     if bits is None:
         return h0 + sparse_body_nbytes(n, k, 8 * itemsize, fmt)

@@ -14,6 +14,7 @@ the same rank program gives bit-identical results on every CPU backend.
 from __future__ import annotations
 
 import math
+import struct
 import time
 import zlib
 from abc import ABC, abstractmethod
@@ -41,6 +42,57 @@ def tag_hash(tag: str) -> int:
     return zlib.crc32(tag.encode())
 
 
+# ---- frame protocol --------------------------------------------------------
+# A point-to-point message travels as two transport messages:
+#   header  (14 bytes): uint32 tag hash, uint64 payload length n, magic b"\xcb\xf1"
+#   body    (n + 2 bytes): the payload, then the end marker b"\xcb\xe0"
+# (16 framing bytes in all, FRAME_HEADER_BYTES).  Each ends in a fixed nonzero
+# byte pair, so a receiver that clears those two bytes before the transport
+# writes into its buffer sees a message that came up short: they are still zero.
+# The receiver checks n against the maximum frame size before it posts a buffer
+# for the body, so a hostile length allocates nothing.  Detecting a message that
+# is *longer* than announced is the backend's part (torchdist: guard bytes
+# after the expected end; threads: the length of the queued tensor).
+FRAME_MAGIC = b"\xcb\xf1"
+FRAME_END = b"\xcb\xe0"
+_FRAME_HEADER = struct.Struct("<IQ2s")
+FRAME_HEADER_NBYTES = _FRAME_HEADER.size  # 14
+FRAME_END_NBYTES = len(FRAME_END)
+assert FRAME_HEADER_NBYTES + FRAME_END_NBYTES == FRAME_HEADER_BYTES
+#: Default largest payload a Comm sends or accepts: 1 GiB, above the largest
+#: message of the shipped algorithms (a full fp32 model of 125M parameters is 0.5 GB).
+DEFAULT_MAX_FRAME_BYTES = 1 << 30
+
+
+def pack_frame_header(nbytes: int, taghash: int) -> bytes:
+    return _FRAME_HEADER.pack(taghash, nbytes, FRAME_MAGIC)
+
+
+def parse_frame_header(raw: bytes, *, rank: int, src: int, taghash: int, max_frame_bytes: int) -> int:
+    """The payload length announced by a received header, or CommError naming the peer."""
+    if len(raw) != FRAME_HEADER_NBYTES:
+        raise CommError(f"rank {rank}: frame header from rank {src} has {len(raw)} bytes, "
+                        f"not {FRAME_HEADER_NBYTES}")
+    got, n, magic = _FRAME_HEADER.unpack(raw)
+    if magic != FRAME_MAGIC:
+        raise CommError(f"rank {rank}: malformed frame header from rank {src} "
+                        "(short, or not a commbench frame)")
+    if got != taghash:
+        raise CommError(f"rank {rank}: message from rank {src} has another tag than "
+                        "the one received (the ranks' programs disagree)")
+    if n > max_frame_bytes:
+        raise CommError(f"rank {rank}: frame from rank {src} announces {n} bytes, more than "
+                        f"the maximum frame size {max_frame_bytes}")
+    return n
+
+
+def check_frame_end(end: bytes, *, rank: int, src: int, nbytes: int) -> None:
+    """CommError unless a body's last two bytes are the end marker."""
+    if end != FRAME_END:
+        raise CommError(f"rank {rank}: frame body from rank {src} is shorter than the "
+                        f"{nbytes} bytes announced, or corrupt (no end marker)")
+
+
 def as_bytes(t: torch.Tensor) -> torch.Tensor:
     """The raw bytes of a tensor (bit-preserving view), as a flat uint8 tensor."""
     return t.detach().contiguous().reshape(-1).view(torch.uint8)
@@ -59,13 +111,17 @@ class Comm(ABC):
     backend: str = "?"
 
     def __init__(self, rank: int, world_size: int, *, timeout_s: float = 120.0,
-                 latency_ms: float = 0.0, metered: bool = True):
+                 latency_ms: float = 0.0, metered: bool = True,
+                 max_frame_bytes: int = DEFAULT_MAX_FRAME_BYTES):
         if world_size < 1 or not 0 <= rank < world_size:
             raise ValueError(f"rank {rank} is not in a world of size {world_size}")
         if timeout_s <= 0:
             raise ValueError("timeout_s must be > 0")
         if latency_ms < 0:
             raise ValueError("latency_ms must be >= 0")
+        if not isinstance(max_frame_bytes, int) or not 1 <= max_frame_bytes < 2**63:
+            raise ValueError(f"max_frame_bytes must be an integer in 1..2**63-1, got {max_frame_bytes!r}")
+        self.max_frame_bytes = max_frame_bytes
         self.rank = rank
         self.world_size = world_size
         self.timeout_s = timeout_s
@@ -122,6 +178,9 @@ class Comm(ABC):
         self._check_peer(dst, "send to rank")
         if data.dtype != torch.uint8 or data.dim() != 1:
             raise TypeError("Comm.send takes a serialized payload: a 1-D uint8 tensor")
+        if data.numel() > self.max_frame_bytes:
+            raise CommError(f"rank {self.rank}: message of {data.numel()} bytes to rank {dst} exceeds "
+                            f"the maximum frame size {self.max_frame_bytes} (max_frame_bytes)")
         self._delay(1)
         self._send_frame(data.contiguous(), dst, tag_hash(tag))
         self.meter.record(Flow(self.rank, dst, "sent", tag, "send"), data.numel(),

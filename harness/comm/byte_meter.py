@@ -4,8 +4,8 @@ Every Comm operation reports here the length of the serialized payload it
 sends and receives.  Counting conventions (the same on every backend):
 
 * ``send``/``recv``: the payload's length, once at the sender (``sent``) and
-  once at the receiver (``received``).  The 16-byte frame header that
-  carries the length and tag is counted apart, as ``framing_bytes``.
+  once at the receiver (``received``).  The 16 framing bytes that carry the
+  length, tag and end markers are counted apart, as ``framing_bytes``.
 * collectives are counted as the point-to-point traffic they deliver: in an
   ``all_gather`` / ``all_reduce`` each rank sends its S bytes to each of the
   W-1 others; in a ``broadcast`` the source sends S bytes to each of the
@@ -20,7 +20,7 @@ import threading
 from collections import defaultdict
 from dataclasses import dataclass
 
-FRAME_HEADER_BYTES = 16  # int64 length + int64 tag hash, see comm.torchdist
+FRAME_HEADER_BYTES = 16  # 14-byte frame header + 2-byte end marker, see comm.base (frame protocol)
 
 
 @dataclass(frozen=True)

@@ -3,7 +3,9 @@
 Fast enough for property checks, and it follows the same contract as the
 process backends: payloads are copied (a sender may reuse its buffer), tags
 must match, every wait has a timeout, and when one rank fails every other
-rank's next wait raises instead of hanging.
+rank's next wait raises instead of hanging.  A mailbox holds frames in the
+process backends' format (header bytes, body with end marker; the frame
+protocol in ``base``), checked the same way on receipt.
 """
 
 from __future__ import annotations
@@ -12,7 +14,20 @@ import threading
 import time
 from collections import deque
 
-from .base import Comm, CommError, RankFailed
+import torch
+
+from .base import (
+    FRAME_END,
+    FRAME_END_NBYTES,
+    Comm,
+    CommError,
+    RankFailed,
+    check_frame_end,
+    pack_frame_header,
+    parse_frame_header,
+)
+
+_END = torch.frombuffer(bytearray(FRAME_END), dtype=torch.uint8)
 
 
 class ThreadsWorld:
@@ -66,19 +81,28 @@ class ThreadsComm(Comm):
             if w.failed is not None:
                 raise CommError(f"rank {self.rank}: send aborted because {w.failed}")
             w.seq += 1
-            w.mail.setdefault((self.rank, dst), deque()).append((w.seq, taghash, data.clone()))
+            frame = (w.seq, pack_frame_header(data.numel(), taghash), torch.cat([data, _END]))
+            w.mail.setdefault((self.rank, dst), deque()).append(frame)
             w.cond.notify_all()
+
+    def _open(self, src, taghash, header: bytes, body: torch.Tensor) -> torch.Tensor:
+        """Check a queued frame as the process backends check theirs; return the payload."""
+        n = parse_frame_header(header, rank=self.rank, src=src, taghash=taghash,
+                               max_frame_bytes=self.max_frame_bytes)
+        if body.numel() > n + FRAME_END_NBYTES:
+            raise CommError(f"rank {self.rank}: frame body from rank {src} is longer than the "
+                            f"{n} bytes announced")
+        end = bytes(body[n:].tolist()) if body.numel() >= n else b""
+        check_frame_end(end.rjust(FRAME_END_NBYTES, b"\0"), rank=self.rank, src=src, nbytes=n)
+        return body[:n]
 
     def _recv_frame(self, src, taghash):
         w = self.world
         with w.cond:
             box = w.mail.setdefault((src, self.rank), deque())
             w.wait_for(lambda: len(box) > 0, f"recv from rank {src}", self.rank)
-            _, got, data = box.popleft()
-        if got != taghash:
-            raise CommError(f"rank {self.rank}: message from rank {src} has another tag "
-                            "than the one received (the ranks' programs disagree)")
-        return data
+            _, header, body = box.popleft()
+        return self._open(src, taghash, header, body)
 
     def _recv_any_frame(self, srcs, taghash):
         w = self.world
@@ -90,11 +114,8 @@ class ThreadsComm(Comm):
                 return min(ready)[1] + 1 if ready else 0  # +1: rank 0 must be truthy
 
             src = w.wait_for(first, f"recv from any of ranks {srcs}", self.rank) - 1
-            _, got, data = boxes[src].popleft()
-        if got != taghash:
-            raise CommError(f"rank {self.rank}: message from rank {src} has another tag "
-                            "than the one received (the ranks' programs disagree)")
-        return src, data
+            _, header, body = boxes[src].popleft()
+        return src, self._open(src, taghash, header, body)
 
     def _collective(self, contribution, what: str) -> list:
         w = self.world
@@ -132,7 +153,7 @@ class ThreadsComm(Comm):
 
 
 def run_threads(world_size: int, fn, *, timeout_s: float = 120.0, latency_ms: float = 0.0,
-                metered: bool = True) -> list:
+                metered: bool = True, max_frame_bytes: int | None = None) -> list:
     """Run ``fn(comm)`` on ``world_size`` rank threads; return their results in rank order.
 
     A rank that raises ends the run: the others are released with CommError
@@ -143,7 +164,8 @@ def run_threads(world_size: int, fn, *, timeout_s: float = 120.0, latency_ms: fl
     errors: dict[int, BaseException] = {}
 
     def body(rank: int) -> None:
-        comm = world.comm(rank, latency_ms=latency_ms, metered=metered)
+        kw = {} if max_frame_bytes is None else {"max_frame_bytes": max_frame_bytes}
+        comm = world.comm(rank, latency_ms=latency_ms, metered=metered, **kw)
         try:
             results[rank] = fn(comm)
         except BaseException as e:  # noqa: BLE001 - reported to the caller below

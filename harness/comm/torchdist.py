@@ -1,8 +1,16 @@
 """Process backends over torch.distributed: ``gloo`` (CPU) and ``nccl`` (GPU).
 
-One process per rank.  Point-to-point messages are framed: a 16-byte header
-(int64 length, int64 tag hash) followed by the payload, so a receiver needs no
-prior knowledge of the size and a protocol mismatch is caught, not decoded.
+One process per rank.  Point-to-point messages are framed (the frame protocol
+in ``base``: a 14-byte header with tag hash, length and magic, then the payload
+with a 2-byte end marker; an empty payload is the header alone), so a receiver needs no prior knowledge of the size
+and a protocol mismatch is caught, not decoded.  Gloo accepts a message shorter
+than the posted buffer (leaving its tail untouched) and aborts the process on a
+longer one, so every receive on CPU lands in one reusable scratch buffer of
+``max_frame_bytes`` plus guard bytes (address space only: pages are touched as
+bytes arrive): a short message leaves the cleared end marker zero, a long one
+overwrites the guard bytes after the expected end, and both are a CommError
+naming the peer.  Only a message longer than the whole scratch buffer still
+ends inside gloo.
 Every wait is bounded by the Comm's timeout; a peer that died surfaces as a
 CommError within it (usually at once: gloo sees the closed connection).
 """
@@ -16,7 +24,20 @@ import os
 import torch
 import torch.distributed as dist
 
-from .base import Comm, CommError
+from .base import (
+    FRAME_END,
+    FRAME_END_NBYTES,
+    FRAME_HEADER_NBYTES,
+    Comm,
+    CommError,
+    check_frame_end,
+    pack_frame_header,
+    parse_frame_header,
+)
+
+_GUARD = 8  # bytes after a message's expected end that must stay untouched
+_GUARD_BYTE = 0xA5
+_END = torch.frombuffer(bytearray(FRAME_END), dtype=torch.uint8)
 
 
 def init_process_group_from_env(backend: str, timeout_s: float) -> tuple[int, int]:
@@ -48,6 +69,7 @@ class TorchDistComm(Comm):
         self.backend = backend
         self.device = torch.device("cuda", torch.cuda.current_device()) if backend == "nccl" else torch.device("cpu")
         self._timeout = _dt.timedelta(seconds=self.timeout_s)
+        self._buf: torch.Tensor | None = None  # receive scratch, reserved on first use
 
     @contextlib.contextmanager
     def _guard(self, what: str):
@@ -70,45 +92,69 @@ class TorchDistComm(Comm):
         return t.to(self.device, non_blocking=False) if t.device != self.device else t
 
     def _send_frame(self, data, dst, taghash):
-        header = torch.tensor([data.numel(), taghash], dtype=torch.int64, device=self.device)
+        header = torch.frombuffer(bytearray(pack_frame_header(data.numel(), taghash)), dtype=torch.uint8)
+        body = torch.empty(data.numel() + FRAME_END_NBYTES, dtype=torch.uint8)
+        body[: data.numel()] = data.cpu()
+        body[data.numel():] = _END
         with self._guard(f"send to rank {dst}"):
-            self._wait(dist.isend(header, dst), f"send to rank {dst}")
-            if data.numel():
-                self._wait(dist.isend(self._to_dev(data), dst), f"send to rank {dst}")
+            self._wait(dist.isend(self._to_dev(header), dst), f"send to rank {dst}")
+            if data.numel():  # an empty payload is the header alone
+                self._wait(dist.isend(self._to_dev(body), dst), f"send to rank {dst}")
+
+    def _scratch(self, expect: int) -> torch.Tensor:
+        """A buffer for a message of ``expect`` bytes that also holds any longer one."""
+        if self.device.type != "cpu":  # device memory is not reserved lazily: exact size + guard
+            return torch.empty(expect + _GUARD, dtype=torch.uint8, device=self.device)
+        if self._buf is None:
+            self._buf = torch.empty(self.max_frame_bytes + FRAME_END_NBYTES + _GUARD, dtype=torch.uint8)
+        return self._buf
+
+    def _recv_message(self, expect: int, src: int | None, what: str) -> tuple[int, torch.Tensor]:
+        """One transport message that should be ``expect`` bytes ending in a nonzero marker.
+
+        Returns (source, buffer); the caller checks the marker in ``buffer[expect-2:expect]``.
+        The marker slot is cleared and guard bytes are written first, so a
+        short message leaves a zero there and a long one changes the guard.
+        """
+        buf = self._scratch(expect)
+        buf[expect - 2: expect] = 0
+        buf[expect: expect + _GUARD] = _GUARD_BYTE
+        with self._guard(what):
+            work = dist.irecv(buf, src=src)
+            self._wait(work, what)
+            got = int(work._source_rank()) if src is None else src
+        if bool((buf[expect: expect + _GUARD] != _GUARD_BYTE).any()):
+            raise CommError(f"rank {self.rank}: message from rank {got} is longer than the "
+                            f"{expect} bytes its frame announced")
+        return got, buf
+
+    def _recv_header(self, src: int | None, what: str) -> tuple[int, bytes]:
+        got, buf = self._recv_message(FRAME_HEADER_NBYTES, src, what)
+        return got, bytes(buf[:FRAME_HEADER_NBYTES].cpu().numpy())
 
     def _recv_frame(self, src, taghash):
-        header = torch.empty(2, dtype=torch.int64, device=self.device)
-        with self._guard(f"recv from rank {src}"):
-            self._wait(dist.irecv(header, src), f"recv from rank {src}")
+        _, header = self._recv_header(src, f"recv from rank {src}")
         return self._recv_body(header, src, taghash)
 
     def _recv_any_frame(self, srcs, taghash):
         # The header from any source (gloo's recv-from-any-source), then the body
         # from that source: per-pair FIFO order keeps header and body together.
         what = f"recv from any of ranks {srcs}"
-        header = torch.empty(2, dtype=torch.int64, device=self.device)
-        with self._guard(what):
-            work = dist.irecv(header, src=None)
-            self._wait(work, what)
-            src = int(work._source_rank())
+        src, header = self._recv_header(None, what)
         if src not in srcs:
             raise CommError(f"rank {self.rank}: {what} got a message from rank {src}, "
                             "which is not one of them (the ranks' programs disagree)")
         return src, self._recv_body(header, src, taghash)
 
-    def _recv_body(self, header, src, taghash):
+    def _recv_body(self, header: bytes, src: int, taghash: int) -> torch.Tensor:
         """Check a received frame header, then receive the payload it announces."""
-        n, got = (int(v) for v in header.cpu())
-        if got != taghash:
-            raise CommError(f"rank {self.rank}: message from rank {src} has another tag than "
-                            "the one received (the ranks' programs disagree)")
-        if n < 0:
-            raise CommError(f"rank {self.rank}: corrupt frame header from rank {src}")
-        data = torch.empty(n, dtype=torch.uint8, device=self.device)
-        if n:
-            with self._guard(f"recv from rank {src}"):
-                self._wait(dist.irecv(data, src), f"recv from rank {src}")
-        return data.cpu()
+        n = parse_frame_header(header, rank=self.rank, src=src, taghash=taghash,
+                               max_frame_bytes=self.max_frame_bytes)
+        if n == 0:
+            return torch.empty(0, dtype=torch.uint8)
+        _, buf = self._recv_message(n + FRAME_END_NBYTES, src, f"recv from rank {src}")
+        check_frame_end(bytes(buf[n: n + FRAME_END_NBYTES].cpu().numpy()), rank=self.rank, src=src, nbytes=n)
+        return buf[:n].cpu().clone()
 
     def _all_gather_raw(self, data):
         # Sizes first, so unequal contributions are an error rather than garbage.
