@@ -53,8 +53,9 @@ def ceil8(bits: int) -> int:
 
 
 def framing(ndim: int, params: int) -> int:
-    """Header bytes besides the parameters: magic 2, version, id, dtype, ndim, 4/dim, CRC 4."""
-    return 10 + 4 * ndim + params
+    """Header bytes besides the parameters: magic 2, version, id, dtype, ndim, 4/dim, body CRC 4,
+    header CRC 4 (the shared codec header, version 2)."""
+    return 14 + 4 * ndim + params
 
 
 def log2_choose(n: int, k: int) -> float:
