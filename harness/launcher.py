@@ -141,7 +141,7 @@ def _root_cause(run_dir: Path, procs: list[subprocess.Popen], exited: set[int]) 
     # The cause, in order: a rank that raised on its own (not because a peer
     # vanished), then a rank that died without a report, then a rank a
     # timed-out wait found stalled, then the rest.
-    primary = {r: e for r, e in errors.items() if e.get("type") != "CommError"}
+    primary = {r: e for r, e in errors.items() if e.get("type") not in ("CommError", "CommTimeout")}
     if primary:
         r = min(primary, key=lambda k: (primary[k].get("time", 0.0), k))
         return RankFailed(r, f"{primary[r]['type']}: {primary[r]['message']}")
@@ -153,7 +153,7 @@ def _root_cause(run_dir: Path, procs: list[subprocess.Popen], exited: set[int]) 
     stalled = {r: e for r, e in errors.items() if isinstance(e.get("stalled_rank"), int)}
     if stalled:
         r = min(stalled, key=lambda k: (stalled[k].get("time", 0.0), k))
-        return RankFailed(stalled[r]["stalled_rank"], f"stopped making progress; {stalled[r]['message']}")
+        return RankFailed(stalled[r]["stalled_rank"], str(stalled[r].get("blame")))
     if errors:
         r = min(errors, key=lambda k: (errors[k].get("time", 0.0), k))
         return RankFailed(r, f"{errors[r]['type']}: {errors[r]['message']}")

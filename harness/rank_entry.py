@@ -93,7 +93,8 @@ def report_error(run_dir: Path, rank: int, e: BaseException) -> None:
         return
     err = {"type": type(e).__name__, "message": str(e).splitlines()[0] if str(e) else "",
            "traceback": traceback.format_exc(), "time": time.time(),
-           "stalled_rank": getattr(e, "stalled_rank", None)}
+           "stalled_rank": getattr(e, "stalled_rank", None),
+           "blame": e.blame() if getattr(e, "stalled_rank", None) is not None else None}
     tmp = run_dir / f"rank{rank}.error.tmp"
     tmp.write_text(json.dumps(err))
     os.replace(tmp, target)

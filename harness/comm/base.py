@@ -30,12 +30,20 @@ class CommError(RuntimeError):
 
 
 class CommTimeout(CommError):
-    """A wait ran out of time; ``stalled_rank`` is the peer that stopped making
-    progress when the run's progress board could tell (else None)."""
+    """A wait ran out of time.  When the run's progress board could tell,
+    ``stalled_rank`` is the peer that stopped making progress and
+    ``stall_reason`` says how; ``waited`` is the timed-out wait itself."""
 
-    def __init__(self, message: str, stalled_rank: int | None = None):
-        super().__init__(message)
+    def __init__(self, message: str, stalled_rank: int | None = None, stall_reason: str = ""):
+        super().__init__(message if stalled_rank is None else
+                         f"{message}; rank {stalled_rank} stopped making progress: {stall_reason}")
+        self.waited = message
         self.stalled_rank = stalled_rank
+        self.stall_reason = stall_reason
+
+    def blame(self) -> str:
+        """The failure as told of the stalled rank (for RankFailed)."""
+        return f"stopped making progress: {self.stall_reason} (found when {self.waited})"
 
 
 class RankFailed(RuntimeError):
@@ -140,8 +148,7 @@ class Comm(ABC):
             found = board.stalled(self.rank) if e.stalled_rank is None else None
             if found is None:
                 raise
-            rank, how = found
-            raise CommTimeout(f"{e}: rank {rank} stopped making progress ({how})", rank) from e
+            raise CommTimeout(str(e), *found) from e
         finally:
             board.mark(self.rank, COMPUTING)
 

@@ -86,7 +86,7 @@ class ProgressBoard:
             if beats[r] == 0:
                 return r, "its process never started communicating"
             if now - beats[r] > STALE_BEAT_S:
-                return r, f"its process showed no sign of life for {now - beats[r]:.1f} s (stopped, hung or dead)"
+                return r, f"no sign of life from its process for {now - beats[r]:.1f} s (stopped, hung or dead)"
         busy = {r: row[1] for r, row in rows.items() if row[2] == COMPUTING}
         if busy:
             r = min(busy, key=lambda k: (busy[k], k))

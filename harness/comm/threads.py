@@ -176,9 +176,8 @@ def run_threads(world_size: int, fn, *, timeout_s: float = 120.0, latency_ms: fl
         # than being aborted by a peer; a timed-out wait names the rank it waited on.
         root = min((r for r, e in errors.items() if not _is_abort(e)), default=min(errors))
         err = errors[root]
-        stalled = getattr(err, "stalled_rank", None)
-        if stalled is not None:
-            raise RankFailed(stalled, f"stopped making progress; {err}") from err
+        if isinstance(err, CommTimeout) and err.stalled_rank is not None:
+            raise RankFailed(err.stalled_rank, err.blame()) from err
         raise RankFailed(root, f"{type(err).__name__}: {err}") from err
     return results
 
