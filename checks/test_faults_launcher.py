@@ -124,18 +124,35 @@ def test_stop_signal_to_the_launcher_stops_and_removes_everything(sig):
             p.kill()
 
 
-def test_sigkill_to_the_launcher_takes_the_ranks_and_leaves_nothing():
+def _watchdog_of(launcher: int) -> int:
+    for p in Path("/proc").glob("[0-9]*"):
+        try:
+            argv = (p / "cmdline").read_bytes().split(b"\0")
+        except OSError:
+            continue
+        if b"harness.leftovers" in argv and str(launcher).encode() in argv:
+            return int(p.name)
+    raise AssertionError(f"no watchdog process for launcher {launcher}")
+
+
+@pytest.mark.parametrize("also_watchdog", [False, True], ids=["launcher", "launcher+watchdog"])
+def test_sigkill_to_the_launcher_takes_the_ranks_and_leaves_nothing(also_watchdog):
+    """The ranks die with the launcher (parent-death signal); the watchdog removes
+    the run directory, or, when it was killed too, ``commbench clean`` does."""
     p = _start()
     try:
-        ranks = _training(p)
+        _training(p)
+        if also_watchdog:
+            os.kill(_watchdog_of(p.pid), signal.SIGKILL)
         os.kill(p.pid, signal.SIGKILL)
         p.wait()
-        # the ranks die with the launcher (parent-death signal), the watchdog
-        # removes the run directory
+        _poll(lambda: not _ranks_of(p.pid), "the ranks to die with their launcher")
+        if also_watchdog:
+            assert _run_dirs_of(p.pid), "nobody was left to remove the run directory"
+            out = subprocess.run([sys.executable, "-m", "harness.cli", "clean"], capture_output=True,
+                                 text=True, timeout=DEADLINE_S)
+            assert out.returncode == 0 and f"commbench-run-{p.pid}-" in out.stdout, out
         _assert_nothing_left(p.pid)
-        for pid in ranks.values():
-            assert not Path(f"/proc/{pid}").exists() or \
-                Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] == "Z"
     finally:
         if p.poll() is None:
             p.kill()
