@@ -1,4 +1,4 @@
-"""``commbench`` command line: list, run, table, reproduce.
+"""``commbench`` command line: list, run, table, compare, reproduce, clean.
 
 Built on the same API a user imports (``harness.registry.make_config``,
 ``harness.launcher.run``, ``harness.results``, ``harness.reporting``).  This is
@@ -92,7 +92,8 @@ def build_config(args):
 
     base = dict(model=args.model, data=args.data, world_size=args.world_size, backend=args.backend,
                 steps=args.steps, seed=args.seed, net=args.net, bandwidth=args.bandwidth,
-                latency_ms=args.latency_ms, timeout_s=args.timeout, metered=not args.no_meter)
+                latency_ms=args.latency_ms, timeout_s=args.timeout, metered=not args.no_meter,
+                max_run_time_s=args.max_run_time)
     base = {k: v for k, v in base.items() if v is not None}
     if args.net == "netns" and args.backend is None:
         base["backend"] = "gloo"  # namespaces hold processes; threads cannot be split across them
@@ -199,6 +200,17 @@ def cmd_reproduce(args) -> int:
     return 0
 
 
+# --------------------------------------------------------------------------- clean
+def cmd_clean(args) -> int:
+    from .leftovers import remove_stale
+
+    removed = remove_stale()
+    for item in removed:
+        print(f"removed {item}")
+    print(f"commbench clean: {len(removed)} leftover(s) of runs whose launcher is gone removed")
+    return 0
+
+
 # --------------------------------------------------------------------------- main
 def make_parser() -> argparse.ArgumentParser:
     from .comm import BACKENDS
@@ -226,6 +238,8 @@ def make_parser() -> argparse.ArgumentParser:
     r.add_argument("--bandwidth", help="shape every rank's link with tc tbf, e.g. 80mbit (needs --net netns)")
     r.add_argument("--latency-ms", type=float, help="latency injected per message by the Comm")
     r.add_argument("--timeout", type=float, help="seconds any communication may wait (default 120)")
+    r.add_argument("--max-run-time", type=float, metavar="SECONDS",
+                   help="stop the run after this many seconds (default: no limit)")
     r.add_argument("--no-meter", action="store_true", help="disable byte metering (overhead baseline)")
     r.add_argument("--quiet", action="store_true")
     r.set_defaults(fn=cmd_run)
@@ -253,6 +267,9 @@ def make_parser() -> argparse.ArgumentParser:
     rp.add_argument("--out-dir", default="results/exports")
     rp.add_argument("--quiet", action="store_true")
     rp.set_defaults(fn=cmd_reproduce)
+
+    sub.add_parser("clean", help="remove the run directories, rank processes and network namespaces "
+                   "of runs whose launcher was killed (never a live run's)").set_defaults(fn=cmd_clean)
     return p
 
 
@@ -277,9 +294,9 @@ def main(argv: list[str] | None = None) -> int:
     except (RankFailed, NetnsError) as e:
         print(f"commbench: run failed: {_one_line(e)}", file=sys.stderr)
         return EXIT_RUN_FAILED
-    except KeyboardInterrupt:
-        print("commbench: interrupted", file=sys.stderr)
-        return 130
+    except KeyboardInterrupt as e:  # launcher.Interrupted says which signal and what was removed
+        print(f"commbench: {e or 'interrupted'}", file=sys.stderr)
+        return 128 + getattr(e, "signum", 2)
 
 
 def _one_line(e: BaseException) -> str:

@@ -70,6 +70,9 @@ class RunConfig:
     micro_batches: int = 2
     dtype: str = "float32"
     timeout_s: float = 120.0
+    # Whole-run limit in seconds; None: a healthy run may take as long as it
+    # needs (each wait is still bounded by timeout_s).
+    max_run_time_s: float | None = None
     latency_ms: float = 0.0
     metered: bool = True
     net: str = "none"
@@ -97,6 +100,10 @@ class RunConfig:
              f"batch_size {self.batch_size} is not divisible by micro_batches {self.micro_batches}")
         need(self.dtype in DTYPES, f"dtype must be one of {', '.join(DTYPES)}, got {self.dtype!r}")
         need(self.timeout_s > 0, "timeout_s must be > 0")
+        need(self.max_run_time_s is None or (isinstance(self.max_run_time_s, (int, float))
+                                             and not isinstance(self.max_run_time_s, bool)
+                                             and 0 < self.max_run_time_s < float("inf")),
+             f"max_run_time_s must be a finite number of seconds > 0, got {self.max_run_time_s!r}")
         need(self.latency_ms >= 0, "latency_ms must be >= 0")
         need(self.threads_per_rank >= 1, "threads_per_rank must be >= 1")
         need(self.seed >= 0, "seed must be >= 0")

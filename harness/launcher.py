@@ -9,19 +9,27 @@
   tc tbf, and the kernel's interface counters are recorded.
 
 A rank that raises or dies ends the run: the others are killed, the
-namespaces removed, and ``RankFailed`` names the rank and its error.
+namespaces removed, and ``RankFailed`` names the rank and its error (for a
+wait that timed out, the rank that stopped making progress).  SIGINT,
+SIGTERM, SIGHUP and SIGQUIT end a process run the same way and raise
+``Interrupted``; the ranks die with the launcher even on SIGKILL, and a
+watchdog removes the run directory and namespaces then
+(:mod:`harness.leftovers`).  A healthy run has no time limit unless
+``max_run_time_s`` is set; every wait is bounded by ``timeout_s``.
 """
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import pickle
+import shutil
 import signal
 import socket
 import subprocess
 import sys
-import tempfile
+import threading
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -32,6 +40,16 @@ from .context import RankContext, RankOutput, set_rank_threads
 from .registry import get_algorithm
 
 ProgressFn = Callable[[int, dict], None]
+STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP, signal.SIGQUIT)
+
+
+class Interrupted(KeyboardInterrupt):
+    """A process run was stopped by a signal; ranks, run directory and namespaces are gone."""
+
+    def __init__(self, signum: int):
+        self.signum = signum
+        super().__init__(f"interrupted by {signal.Signals(signum).name}; ranks stopped, "
+                         "run directory and namespaces removed")
 
 
 def validate(cfg: RunConfig) -> None:
@@ -79,7 +97,8 @@ def run(cfg: RunConfig, *, progress: ProgressFn | None = None):
             return rank_program(cfg, comm, progress if comm.rank == last else None)
 
         outputs = run_threads(cfg.world_size, body, timeout_s=cfg.timeout_s,
-                              latency_ms=cfg.latency_ms, metered=cfg.metered)
+                              latency_ms=cfg.latency_ms, metered=cfg.metered,
+                              max_run_time_s=cfg.max_run_time_s)
         return build_record(cfg, outputs)
     return _run_processes(cfg, progress)
 
@@ -95,6 +114,7 @@ def _kill(procs: list[subprocess.Popen]) -> None:
         if p.poll() is None:
             try:
                 os.killpg(p.pid, signal.SIGTERM)
+                os.killpg(p.pid, signal.SIGCONT)  # a stopped rank takes TERM only once continued
             except ProcessLookupError:
                 pass
     deadline = time.monotonic() + 5
@@ -119,8 +139,9 @@ def _root_cause(run_dir: Path, procs: list[subprocess.Popen], exited: set[int]) 
             except ValueError:
                 errors[r] = {"type": "?", "message": f.read_text()[:500], "time": 0.0}
     # The cause, in order: a rank that raised on its own (not because a peer
-    # vanished), then a rank that died without a report, then the rest.
-    primary = {r: e for r, e in errors.items() if e.get("type") != "CommError"}
+    # vanished), then a rank that died without a report, then a rank a
+    # timed-out wait found stalled, then the rest.
+    primary = {r: e for r, e in errors.items() if e.get("type") not in ("CommError", "CommTimeout")}
     if primary:
         r = min(primary, key=lambda k: (primary[k].get("time", 0.0), k))
         return RankFailed(r, f"{primary[r]['type']}: {primary[r]['message']}")
@@ -129,52 +150,116 @@ def _root_cause(run_dir: Path, procs: list[subprocess.Popen], exited: set[int]) 
         r, code = dead[0]
         how = f"killed by signal {-code}" if code < 0 else f"exit code {code}"
         return RankFailed(r, f"process died without a report ({how})")
+    stalled = {r: e for r, e in errors.items() if isinstance(e.get("stalled_rank"), int)}
+    if stalled:
+        r = min(stalled, key=lambda k: (stalled[k].get("time", 0.0), k))
+        return RankFailed(stalled[r]["stalled_rank"], str(stalled[r].get("blame")))
     if errors:
         r = min(errors, key=lambda k: (errors[k].get("time", 0.0), k))
         return RankFailed(r, f"{errors[r]['type']}: {errors[r]['message']}")
     return RankFailed(-1, "unknown failure")
 
 
+class _Signals:
+    """While installed, SIGINT/TERM/HUP/QUIT raise Interrupted in the launcher,
+    except inside ``deferred()`` (starting ranks, cleaning up), where the
+    signal is held and raised (by ``check``) once that is done."""
+
+    def __init__(self):
+        self.pending: int | None = None
+        self.defer = 0
+        self.old = {}
+
+    def _handler(self, signum, frame):
+        if self.defer:
+            self.pending = self.pending or signum
+            return
+        raise Interrupted(signum)
+
+    def __enter__(self):
+        if threading.current_thread() is threading.main_thread():  # handlers live in the main thread
+            for sig in STOP_SIGNALS:
+                self.old[sig] = signal.signal(sig, self._handler)
+        return self
+
+    def __exit__(self, exc_type, *exc):
+        for sig, old in self.old.items():
+            signal.signal(sig, old)
+        if self.pending is not None and exc_type is None:  # arrived while cleaning up
+            raise Interrupted(self.pending)
+
+    @contextlib.contextmanager
+    def deferred(self):
+        self.defer += 1
+        try:
+            yield
+        finally:
+            self.defer -= 1
+
+    def check(self):
+        if self.pending is not None and not self.defer:
+            raise Interrupted(self.pending)
+
+
 def _run_processes(cfg: RunConfig, progress: ProgressFn | None):
+    from .comm.progress_board import ProgressBoard
+    from .leftovers import make_run_dir, remove_stale, start_watchdog, stop_watchdog
     from .netns import NetnsTopology
     from .results import read_result
 
-    with tempfile.TemporaryDirectory(prefix="commbench-run-") as tmp:
-        run_dir = Path(tmp)
-        (run_dir / "config.pkl").write_bytes(pickle.dumps(cfg))
-        topo = NetnsTopology(cfg.world_size, cfg.bandwidth) if cfg.net == "netns" else None
-        procs: list[subprocess.Popen] = []
+    remove_stale()  # what launchers killed earlier left behind (never a live one's)
+    topo = NetnsTopology(cfg.world_size, cfg.bandwidth) if cfg.net == "netns" else None
+    procs: list[subprocess.Popen] = []
+    with _Signals() as sigs:
+        with sigs.deferred():
+            run_dir = make_run_dir()
+            watchdog = start_watchdog(run_dir)
         try:
+            (run_dir / "config.pkl").write_bytes(pickle.dumps(cfg))  # the launcher's own, read by its ranks
+            ProgressBoard.create_file(run_dir / "board", cfg.world_size)
             if topo is not None:
                 topo.__enter__()
             master = topo.addr(0) if topo else "127.0.0.1"
             port = 29500 if topo else _free_port()
-            for r in range(cfg.world_size):
-                env = dict(os.environ, RANK=str(r), WORLD_SIZE=str(cfg.world_size), LOCAL_RANK=str(r),
-                           LOCAL_WORLD_SIZE=str(cfg.world_size), MASTER_ADDR=master,
-                           MASTER_PORT=str(port), OMP_NUM_THREADS=str(cfg.threads_per_rank),
-                           COMMBENCH_RUN_DIR=str(run_dir), PYTHONUNBUFFERED="1")
-                env.pop("COMMBENCH_NETIF", None)
-                if topo:
-                    env.update(GLOO_SOCKET_IFNAME=topo.ifname(r), COMMBENCH_NETIF=topo.ifname(r))
-                cmd = [sys.executable, "-m", "harness.rank_entry", str(run_dir)]
-                if topo:
-                    cmd = topo.exec_prefix(r) + cmd
-                log = open(run_dir / f"rank{r}.log", "wb")
-                procs.append(subprocess.Popen(cmd, env=env, stdout=log, stderr=subprocess.STDOUT,
-                                              start_new_session=True, cwd=os.getcwd()))
-                log.close()
+            with sigs.deferred():  # a signal here must not leave a started rank untracked
+                for r in range(cfg.world_size):
+                    env = dict(os.environ, RANK=str(r), WORLD_SIZE=str(cfg.world_size), LOCAL_RANK=str(r),
+                               LOCAL_WORLD_SIZE=str(cfg.world_size), MASTER_ADDR=master,
+                               MASTER_PORT=str(port), OMP_NUM_THREADS=str(cfg.threads_per_rank),
+                               COMMBENCH_RUN_DIR=str(run_dir), PYTHONUNBUFFERED="1",
+                               COMMBENCH_LAUNCHER_PID=str(os.getpid()))
+                    env.pop("COMMBENCH_NETIF", None)
+                    env.pop("COMMBENCH_STORE_FILE", None)
+                    if topo:
+                        env.update(GLOO_SOCKET_IFNAME=topo.ifname(r), COMMBENCH_NETIF=topo.ifname(r))
+                    else:
+                        # Single host: rendezvous through a file of the private run
+                        # directory and gloo on loopback, so nothing listens on a
+                        # network interface another host can reach.
+                        env.update(GLOO_SOCKET_IFNAME="lo", COMMBENCH_STORE_FILE=str(run_dir / "store"))
+                    cmd = [sys.executable, "-m", "harness.rank_entry", str(run_dir)]
+                    if topo:
+                        cmd = topo.exec_prefix(r) + cmd
+                    with open(run_dir / f"rank{r}.log", "wb") as log:
+                        procs.append(subprocess.Popen(cmd, env=env, stdout=log, stderr=subprocess.STDOUT,
+                                                      start_new_session=True, cwd=os.getcwd()))
+            sigs.check()
             _supervise(cfg, run_dir, procs, progress)
             return read_result(run_dir / "record.json")
         finally:
-            _kill(procs)
-            if topo is not None:
-                topo.close()
+            with sigs.deferred():
+                _kill(procs)
+                if topo is not None:
+                    topo.close()
+                shutil.rmtree(run_dir, ignore_errors=True)
+                stop_watchdog(watchdog)
 
 
 def _supervise(cfg: RunConfig, run_dir: Path, procs, progress: ProgressFn | None) -> None:
-    # Startup (imports, model build) is not part of the per-op timeout.
-    deadline = time.monotonic() + cfg.timeout_s * 2 + 60 + cfg.steps * cfg.timeout_s * 0.05
+    # No limit on a healthy run unless the user set one: every wait of the
+    # ranks is bounded by the communication timeout, so a stuck run ends anyway.
+    limit = cfg.max_run_time_s
+    deadline = None if limit is None else time.monotonic() + limit
     shown = 0
     prog_file = run_dir / f"progress{cfg.world_size - 1}.json"
     while True:
@@ -195,9 +280,9 @@ def _supervise(cfg: RunConfig, run_dir: Path, procs, progress: ProgressFn | None
             if step > shown:
                 shown = step
                 progress(step, values)
-        if time.monotonic() > deadline:
+        if deadline is not None and time.monotonic() > deadline:
             _kill(procs)
-            raise RankFailed(-1, f"the run did not finish within {deadline:.0f} s; ranks killed")
+            raise RankFailed(-1, f"the run did not finish within --max-run-time {limit:g} s; ranks killed")
         try:
             procs[0].wait(0.2)  # wake on rank 0's exit or poll the others again
         except subprocess.TimeoutExpired:

@@ -6,12 +6,15 @@ every rank's link are shaped with ``tc tbf`` (egress of the rank end and of
 the switch end).  Latency is not set here: ``tc netem`` is missing from the
 CI kernels, so the Comm layer injects it.  Addresses live only inside the
 namespaces this run creates; everything is deleted on exit, also after an
-error or Ctrl-C.
+error or a signal.  Namespace names carry the launcher's pid
+(``cb-<pid>-<hex>-sw``, ``cb-<pid>-<hex>-r<rank>``), so that what a killed
+launcher left is found and removed later (:mod:`harness.leftovers`).
 """
 
 from __future__ import annotations
 
 import os
+import re
 import shutil
 import subprocess
 import uuid
@@ -19,6 +22,7 @@ import uuid
 from .config import parse_rate
 
 SUBNET = "10.231.0"
+_NAME = re.compile(r"^cb-(\d+)-[0-9a-f]{6}-(sw|r\d+)$")
 
 
 class NetnsError(RuntimeError):
@@ -131,3 +135,24 @@ def leftover_namespaces() -> list[str]:
     """Namespaces named like ours that still exist (for checks and cleanup)."""
     p = _sh("ip", "netns", "list", check=False)
     return [line.split()[0] for line in p.stdout.splitlines() if line.startswith("cb-")]
+
+
+def namespace_owners() -> dict[int, list[str]]:
+    """Namespaces named exactly like ours, by the pid of the launcher that made them."""
+    if shutil.which("ip") is None:
+        return {}
+    owners: dict[int, list[str]] = {}
+    for name in leftover_namespaces():
+        m = _NAME.match(name)
+        if m:
+            owners.setdefault(int(m.group(1)), []).append(name)
+    return owners
+
+
+def delete_namespaces_of(pid: int) -> list[str]:
+    """Delete the namespaces launcher ``pid`` made (their veths and bridge go with them)."""
+    gone = []
+    for name in namespace_owners().get(pid, []):
+        if _sh("ip", "netns", "del", name, check=False).returncode == 0:
+            gone.append(name)
+    return gone

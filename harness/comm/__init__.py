@@ -35,13 +35,13 @@ boundary map
     a transform, not a byte count.
 """
 
-from .base import Comm, CommError, RankFailed, as_bytes, from_bytes
+from .base import Comm, CommError, CommTimeout, RankFailed, as_bytes, from_bytes
 from .byte_meter import FRAME_HEADER_BYTES, ByteMeter, Flow, MeterSnapshot
 from .threads import ThreadsComm, ThreadsWorld, run_threads
 
 BACKENDS = ("threads", "gloo", "nccl")
 
 __all__ = [
-    "BACKENDS", "FRAME_HEADER_BYTES", "ByteMeter", "Comm", "CommError", "Flow", "MeterSnapshot", "RankFailed",
+    "BACKENDS", "FRAME_HEADER_BYTES", "ByteMeter", "Comm", "CommError", "CommTimeout", "Flow", "MeterSnapshot", "RankFailed",
     "ThreadsComm", "ThreadsWorld", "as_bytes", "from_bytes", "run_threads",
 ]

@@ -13,6 +13,7 @@ the same rank program gives bit-identical results on every CPU backend.
 
 from __future__ import annotations
 
+import contextlib
 import math
 import struct
 import time
@@ -22,10 +23,28 @@ from abc import ABC, abstractmethod
 import torch
 
 from .byte_meter import FRAME_HEADER_BYTES, ByteMeter, Flow
+from .progress_board import COMPUTING, FINISHED, WAITING, ProgressBoard
 
 
 class CommError(RuntimeError):
     """A communication failed: timeout, dead peer, or a protocol mismatch."""
+
+
+class CommTimeout(CommError):
+    """A wait ran out of time.  When the run's progress board could tell,
+    ``stalled_rank`` is the peer that stopped making progress and
+    ``stall_reason`` says how; ``waited`` is the timed-out wait itself."""
+
+    def __init__(self, message: str, stalled_rank: int | None = None, stall_reason: str = ""):
+        super().__init__(message if stalled_rank is None else
+                         f"{message}; rank {stalled_rank} stopped making progress: {stall_reason}")
+        self.waited = message
+        self.stalled_rank = stalled_rank
+        self.stall_reason = stall_reason
+
+    def blame(self) -> str:
+        """The failure as told of the stalled rank (for RankFailed)."""
+        return f"stopped making progress: {self.stall_reason} (found when {self.waited})"
 
 
 class RankFailed(RuntimeError):
@@ -112,7 +131,7 @@ class Comm(ABC):
 
     def __init__(self, rank: int, world_size: int, *, timeout_s: float = 120.0,
                  latency_ms: float = 0.0, metered: bool = True,
-                 max_frame_bytes: int = DEFAULT_MAX_FRAME_BYTES):
+                 max_frame_bytes: int = DEFAULT_MAX_FRAME_BYTES, board: ProgressBoard | None = None):
         if world_size < 1 or not 0 <= rank < world_size:
             raise ValueError(f"rank {rank} is not in a world of size {world_size}")
         if timeout_s <= 0:
@@ -127,6 +146,9 @@ class Comm(ABC):
         self.timeout_s = timeout_s
         self.latency_s = latency_ms / 1000.0
         self.meter = ByteMeter(rank, enabled=metered)
+        self.board = board
+        if board is not None:
+            board.mark(rank, COMPUTING)
 
     # ---- raw primitives -------------------------------------------------
     @abstractmethod
@@ -150,11 +172,41 @@ class Comm(ABC):
     def _barrier(self) -> None: ...
 
     @abstractmethod
-    def gather_objects(self, obj) -> list | None:
-        """Control plane (not metered): rank 0 receives every rank's object."""
+    def _gather_bytes_raw(self, data: bytes) -> list[bytes] | None: ...
 
-    def close(self) -> None:  # noqa: B027 - optional hook, a no-op for in-process backends
-        """Release backend resources."""
+    def close(self) -> None:
+        """Release backend resources (and tell the board this rank is done)."""
+        if self.board is not None:
+            self.board.mark(self.rank, FINISHED)
+
+    # ---- control plane -----------------------------------------------------
+    def gather_bytes(self, data: bytes) -> list[bytes] | None:
+        """Control plane (not metered): rank 0 receives every rank's bytes, others None.
+
+        Bytes only: what a peer sends is parsed by a validating decoder
+        (``harness.rank_output_wire``), never unpickled.
+        """
+        with self._waiting():
+            return self._gather_bytes_raw(bytes(data))
+
+    # ---- progress ------------------------------------------------------------
+    @contextlib.contextmanager
+    def _waiting(self):
+        """Mark a blocking operation on the board; a timeout names the stalled peer."""
+        board = self.board
+        if board is None:
+            yield
+            return
+        board.mark(self.rank, WAITING)
+        try:
+            yield
+        except CommTimeout as e:
+            found = board.stalled(self.rank) if e.stalled_rank is None else None
+            if found is None:
+                raise
+            raise CommTimeout(str(e), *found) from e
+        finally:
+            board.mark(self.rank, COMPUTING)
 
     # ---- helpers ---------------------------------------------------------
     def _check_peer(self, peer: int, what: str) -> None:
@@ -182,14 +234,16 @@ class Comm(ABC):
             raise CommError(f"rank {self.rank}: message of {data.numel()} bytes to rank {dst} exceeds "
                             f"the maximum frame size {self.max_frame_bytes} (max_frame_bytes)")
         self._delay(1)
-        self._send_frame(data.contiguous(), dst, tag_hash(tag))
+        with self._waiting():
+            self._send_frame(data.contiguous(), dst, tag_hash(tag))
         self.meter.record(Flow(self.rank, dst, "sent", tag, "send"), data.numel(),
                           framing=FRAME_HEADER_BYTES)
 
     def recv(self, src: int, tag: str = "") -> torch.Tensor:
         """Receive the next payload from ``src``; the tag must match the sender's."""
         self._check_peer(src, "recv from rank")
-        data = self._recv_frame(src, tag_hash(tag))
+        with self._waiting():
+            data = self._recv_frame(src, tag_hash(tag))
         self.meter.record(Flow(src, self.rank, "received", tag, "recv"), data.numel(),
                           framing=FRAME_HEADER_BYTES)
         return data
@@ -207,7 +261,8 @@ class Comm(ABC):
             self._check_peer(src, "recv from rank")
         if len(set(srcs)) != len(srcs):
             raise ValueError(f"recv_any sources {srcs} contain duplicates")
-        src, data = self._recv_any_frame(srcs, tag_hash(tag))
+        with self._waiting():
+            src, data = self._recv_any_frame(srcs, tag_hash(tag))
         self.meter.record(Flow(src, self.rank, "received", tag, "recv"), data.numel(),
                           framing=FRAME_HEADER_BYTES)
         return src, data
@@ -219,7 +274,8 @@ class Comm(ABC):
         if self.world_size == 1:
             return [tensor.detach().clone()]
         self._delay(self._collective_rounds())
-        parts = self._all_gather_raw(raw)
+        with self._waiting():
+            parts = self._all_gather_raw(raw)
         peers = self.world_size - 1
         self.meter.record(Flow(self.rank, -1, "sent", tag, "all_gather"), raw.numel() * peers, peers)
         self.meter.record(Flow(-1, self.rank, "received", tag, "all_gather"), raw.numel() * peers, peers)
@@ -256,7 +312,8 @@ class Comm(ABC):
         peers = self.world_size - 1
         if self.rank == src:
             self._delay(self._collective_rounds())
-        out = self._broadcast_raw(raw.clone(), src)
+        with self._waiting():
+            out = self._broadcast_raw(raw.clone(), src)
         if self.rank == src:
             self.meter.record(Flow(src, -1, "sent", tag, "broadcast"), raw.numel() * peers, peers)
         else:
@@ -266,4 +323,5 @@ class Comm(ABC):
     def barrier(self) -> None:
         """Wait for every rank (not metered: it carries no payload)."""
         if self.world_size > 1:
-            self._barrier()
+            with self._waiting():
+                self._barrier()

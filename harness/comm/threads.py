@@ -21,11 +21,13 @@ from .base import (
     FRAME_END_NBYTES,
     Comm,
     CommError,
+    CommTimeout,
     RankFailed,
     check_frame_end,
     pack_frame_header,
     parse_frame_header,
 )
+from .progress_board import ProgressBoard
 
 _END = torch.frombuffer(bytearray(FRAME_END), dtype=torch.uint8)
 
@@ -41,6 +43,8 @@ class ThreadsWorld:
         self.slots: dict[int, dict] = {}
         self.failed: str | None = None
         self.seq = 0  # global arrival order of point-to-point messages (for recv_any)
+        self.board = ProgressBoard.in_memory(world_size)
+        self.done = 0  # rank threads that returned or raised
 
     def fail(self, reason: str) -> None:
         with self.cond:
@@ -59,7 +63,7 @@ class ThreadsWorld:
                 return value
             left = deadline - time.monotonic()
             if left <= 0:
-                raise CommError(f"rank {rank}: {what} timed out after {self.timeout_s:g} s")
+                raise CommTimeout(f"rank {rank}: {what} timed out after {self.timeout_s:g} s")
             self.cond.wait(left)
 
     def comm(self, rank: int, **kw) -> ThreadsComm:
@@ -71,6 +75,7 @@ class ThreadsComm(Comm):
 
     def __init__(self, world: ThreadsWorld, rank: int, **kw):
         kw.setdefault("timeout_s", world.timeout_s)
+        kw.setdefault("board", world.board)
         super().__init__(rank, world.world_size, **kw)
         self.world = world
         self._op = 0  # collective sequence number of this rank
@@ -147,17 +152,21 @@ class ThreadsComm(Comm):
     def _barrier(self):
         self._collective(None, "barrier")
 
-    def gather_objects(self, obj):
-        parts = self._collective(obj, "gather_objects")
+    def _gather_bytes_raw(self, data):
+        parts = self._collective(data, "gather_bytes")
         return parts if self.rank == 0 else None
 
 
 def run_threads(world_size: int, fn, *, timeout_s: float = 120.0, latency_ms: float = 0.0,
-                metered: bool = True, max_frame_bytes: int | None = None) -> list:
+                metered: bool = True, max_frame_bytes: int | None = None,
+                max_run_time_s: float | None = None) -> list:
     """Run ``fn(comm)`` on ``world_size`` rank threads; return their results in rank order.
 
     A rank that raises ends the run: the others are released with CommError
-    and the first failure is re-raised as RankFailed naming the rank.
+    and the first failure is re-raised as RankFailed naming the rank (for a
+    timed-out wait, the rank that stopped making progress).  A healthy run
+    has no time limit unless ``max_run_time_s`` is given; each wait is bounded
+    by ``timeout_s``.
     """
     world = ThreadsWorld(world_size, timeout_s)
     results: list = [None] * world_size
@@ -168,26 +177,59 @@ def run_threads(world_size: int, fn, *, timeout_s: float = 120.0, latency_ms: fl
         comm = world.comm(rank, latency_ms=latency_ms, metered=metered, **kw)
         try:
             results[rank] = fn(comm)
+            comm.close()
         except BaseException as e:  # noqa: BLE001 - reported to the caller below
             errors[rank] = e
             world.fail(f"rank {rank} failed ({type(e).__name__}: {e})")
+        finally:
+            with world.cond:
+                world.done += 1
+                world.cond.notify_all()
 
     threads = [threading.Thread(target=body, args=(r,), name=f"rank{r}", daemon=True)
                for r in range(world_size)]
     for t in threads:
         t.start()
-    deadline = time.monotonic() + timeout_s * 4 + 10
-    for t in threads:
-        t.join(max(0.0, deadline - time.monotonic()))
-    if any(t.is_alive() for t in threads):
-        world.fail("the run exceeded its time limit")
-        raise RankFailed(-1, "threads run did not finish within its time limit")
+    over_time = _await_ranks(world, max_run_time_s)
+    with world.cond:
+        errors = dict(errors)  # threads left running may still add to it
+    if over_time:
+        raise RankFailed(-1, f"the run did not finish within --max-run-time {max_run_time_s:g} s")
     if errors:
         # Report the root cause: the first rank that failed for a reason other
-        # than being aborted by a peer.
+        # than being aborted by a peer; a timed-out wait names the rank it waited on.
         root = min((r for r, e in errors.items() if not _is_abort(e)), default=min(errors))
-        raise RankFailed(root, f"{type(errors[root]).__name__}: {errors[root]}") from errors[root]
+        err = errors[root]
+        if isinstance(err, CommTimeout) and err.stalled_rank is not None:
+            raise RankFailed(err.stalled_rank, err.blame()) from err
+        raise RankFailed(root, f"{type(err).__name__}: {err}") from err
     return results
+
+
+def _await_ranks(world: ThreadsWorld, max_run_time_s: float | None) -> bool:
+    """Until every rank thread ended; after a failure, at most one more timeout for
+    the others to notice it (a rank blocked outside the Comm never does: its
+    daemon thread is left behind); at most ``max_run_time_s`` in all.  True
+    when the run was stopped for exceeding ``max_run_time_s``."""
+    start = time.monotonic()
+    failed_at: float | None = None
+    with world.cond:
+        while world.done < world.world_size:
+            now = time.monotonic()
+            limits = []
+            if world.failed is not None:
+                failed_at = now if failed_at is None else failed_at
+                limits.append(failed_at + world.timeout_s)
+            if max_run_time_s is not None:
+                limits.append(start + max_run_time_s)
+            if limits and now >= min(limits):
+                if world.failed is None:
+                    world.failed = f"the run exceeded --max-run-time {max_run_time_s:g} s"
+                    world.cond.notify_all()
+                    return True
+                return False
+            world.cond.wait(min(limits) - now if limits else None)
+    return False
 
 
 def _is_abort(e: BaseException) -> bool:

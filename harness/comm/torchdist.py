@@ -12,7 +12,13 @@ overwrites the guard bytes after the expected end, and both are a CommError
 naming the peer.  Only a message longer than the whole scratch buffer still
 ends inside gloo.
 Every wait is bounded by the Comm's timeout; a peer that died surfaces as a
-CommError within it (usually at once: gloo sees the closed connection).
+CommError within it (usually at once: gloo sees the closed connection), a
+wait that runs out as ``CommTimeout`` naming the stalled rank when the run
+has a progress board (each rank process beats its slot from a thread).
+
+Rendezvous: with ``store_file`` (single-host runs started by the launcher) a
+FileStore in the run's private directory, so nothing listens on a network
+interface for it; otherwise torchrun's TCP store (MASTER_ADDR/MASTER_PORT).
 """
 
 from __future__ import annotations
@@ -30,18 +36,25 @@ from .base import (
     FRAME_HEADER_NBYTES,
     Comm,
     CommError,
+    CommTimeout,
     check_frame_end,
     pack_frame_header,
     parse_frame_header,
 )
+from .progress_board import Heartbeat
 
+# Control-plane gathers (rank outputs) larger than this are refused before
+# anything is allocated for them: a peer's declared size is not trusted.
+MAX_GATHER_BYTES = 1 << 34
 _GUARD = 8  # bytes after a message's expected end that must stay untouched
 _GUARD_BYTE = 0xA5
 _END = torch.frombuffer(bytearray(FRAME_END), dtype=torch.uint8)
 
 
-def init_process_group_from_env(backend: str, timeout_s: float) -> tuple[int, int]:
-    """Join the process group described by torchrun-style environment variables."""
+def init_process_group_from_env(backend: str, timeout_s: float,
+                                store_file: str | None = None) -> tuple[int, int]:
+    """Join the process group described by torchrun-style environment variables
+    (with ``store_file``, rendezvous through that file instead of a TCP store)."""
     missing = [k for k in ("RANK", "WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT") if k not in os.environ]
     if missing:
         raise CommError(f"cannot join a {backend} group: environment lacks {', '.join(missing)}")
@@ -52,6 +65,8 @@ def init_process_group_from_env(backend: str, timeout_s: float) -> tuple[int, in
             local = int(os.environ.get("LOCAL_RANK", rank % max(1, torch.cuda.device_count())))
             torch.cuda.set_device(local)
             kw["device_id"] = torch.device("cuda", local)
+        if store_file is not None:
+            kw["store"] = dist.FileStore(store_file, world)
         dist.init_process_group(backend, rank=rank, world_size=world,
                                 timeout=_dt.timedelta(seconds=timeout_s), **kw)
     return rank, world
@@ -70,6 +85,7 @@ class TorchDistComm(Comm):
         self.device = torch.device("cuda", torch.cuda.current_device()) if backend == "nccl" else torch.device("cpu")
         self._timeout = _dt.timedelta(seconds=self.timeout_s)
         self._buf: torch.Tensor | None = None  # receive scratch, reserved on first use
+        self._heartbeat = Heartbeat(self.board, self.rank) if self.board is not None else None
 
     @contextlib.contextmanager
     def _guard(self, what: str):
@@ -83,10 +99,14 @@ class TorchDistComm(Comm):
             raise CommError(f"rank {self.rank}: {what} failed: {first}") from e
 
     def _wait(self, work, what: str) -> None:
-        with self._guard(what):
+        try:
             ok = work.wait(self._timeout)
+        except Exception as e:
+            if "timed out" not in str(e).lower():
+                raise
+            ok = False
         if ok is False:
-            raise CommError(f"rank {self.rank}: {what} timed out after {self.timeout_s:g} s")
+            raise CommTimeout(f"rank {self.rank}: {what} timed out after {self.timeout_s:g} s")
 
     def _to_dev(self, t: torch.Tensor) -> torch.Tensor:
         return t.to(self.device, non_blocking=False) if t.device != self.device else t
@@ -179,14 +199,35 @@ class TorchDistComm(Comm):
         with self._guard("barrier"):
             self._wait(dist.barrier(async_op=True), "barrier")
 
-    def gather_objects(self, obj):
-        out = [None] * self.world_size if self.rank == 0 else None
-        try:
-            dist.gather_object(obj, out, dst=0)
-        except Exception as e:
-            raise CommError(f"rank {self.rank}: gathering results failed: {e}") from e
-        return out
+    def _gather_bytes_raw(self, data):
+        # Sizes first (bounded before allocating), then every contribution
+        # padded to the largest; rank 0 keeps each rank's declared prefix.
+        size = torch.tensor([len(data)], dtype=torch.int64, device=self.device)
+        sizes = [torch.empty_like(size) for _ in range(self.world_size)]
+        with self._guard("gathering results"):
+            self._wait(dist.all_gather(sizes, size, async_op=True), "gathering results")
+        n = [int(s) for s in sizes]
+        for r, k in enumerate(n):
+            if not 0 <= k <= MAX_GATHER_BYTES:
+                raise CommError(f"rank {self.rank}: rank {r} declared a result of {k} bytes "
+                                f"(allowed: 0..{MAX_GATHER_BYTES})")
+        buf = torch.zeros(max(n), dtype=torch.uint8)
+        if data:
+            buf[:len(data)] = torch.frombuffer(bytearray(data), dtype=torch.uint8)
+        buf = self._to_dev(buf)
+        out = [torch.empty_like(buf) for _ in range(self.world_size)] if self.rank == 0 else None
+        with self._guard("gathering results"):
+            self._wait(dist.gather(buf, out, dst=0, async_op=True), "gathering results")
+        if self.rank != 0:
+            return None
+        return [o[:k].cpu().numpy().tobytes() for o, k in zip(out, n, strict=True)]
 
     def close(self):
+        super().close()
+        if self._heartbeat is not None:
+            self._heartbeat.stop()
+            self._heartbeat = None
+            self.board.close()
+            self.board = None
         if dist.is_initialized():
             dist.destroy_process_group()

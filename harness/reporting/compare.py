@@ -47,6 +47,7 @@ def _key(rec: ResultRecord) -> str:
     cfg = dict(rec.config)
     cfg.pop("metered", None)
     cfg.pop("timeout_s", None)
+    cfg.pop("max_run_time_s", None)  # limits, not part of what a run computes
     return json.dumps({"algorithm": rec.algorithm, **cfg}, sort_keys=True, default=str)
 
 

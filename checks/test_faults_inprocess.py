@@ -1,0 +1,178 @@
+"""Faults checked inside this process (fast): a blocked rank thread is named,
+not the rank whose wait timed out; a whole-run limit only when one is set;
+stop signals become ``Interrupted`` (held while ranks start); leftovers of dead
+launchers are removed and nothing else is."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import threading
+from pathlib import Path
+
+import pytest
+
+from harness.comm import CommTimeout, RankFailed, run_threads
+from harness.config import ConfigError
+from harness.launcher import Interrupted, _Signals
+from harness.registry import make_config
+
+
+# ---- stalled rank naming (threads backend) ---------------------------------------
+def _blocked_chain(world: int, blocked: int, release: threading.Event):
+    """Rank r receives from r+1; ``blocked`` never reaches its send (a stuck rank thread)."""
+    def prog(comm):
+        r = comm.rank
+        if r == blocked:
+            release.wait()  # blocked outside the Comm until the check lets it go
+            return None
+        if r + 1 < world:
+            comm.recv(r + 1)
+        if r > 0:
+            comm.send(comm_payload(), r - 1)
+        return r
+    return prog
+
+
+def comm_payload():
+    import torch
+
+    return torch.zeros(3, dtype=torch.uint8)
+
+
+@pytest.mark.parametrize("world,blocked", [(2, 1), (3, 2), (4, 2)])
+def test_a_blocked_rank_thread_is_named_not_the_rank_that_timed_out(world, blocked):
+    release = threading.Event()
+    try:
+        with pytest.raises(RankFailed) as info:
+            run_threads(world, _blocked_chain(world, blocked, release), timeout_s=0.5)
+    finally:
+        release.set()
+    assert info.value.rank == blocked, str(info.value)
+    msg = str(info.value)
+    assert f"rank {blocked} failed: stopped making progress: it has not reached its next communication" in msg
+    assert f"recv from rank {blocked} timed out after 0.5 s" in msg or "timed out after 0.5 s" in msg
+
+
+def test_a_timeout_without_a_stalled_rank_says_so():
+    def prog(comm):  # every rank waits for the other: a deadlock, nobody to blame
+        comm.recv(1 - comm.rank)
+
+    with pytest.raises(RankFailed) as info:
+        run_threads(2, prog, timeout_s=0.3)
+    assert "timed out after 0.3 s" in str(info.value)
+    assert "stopped making progress" not in str(info.value)
+    assert isinstance(info.value.__cause__, CommTimeout)
+
+
+def test_max_run_time_stops_a_run_and_prints_seconds():
+    release = threading.Event()
+
+    def prog(comm):
+        if comm.rank == 0:
+            release.wait()
+
+    try:
+        with pytest.raises(RankFailed, match=r"the run failed: .*--max-run-time 0\.4 s"):
+            run_threads(2, prog, timeout_s=600, max_run_time_s=0.4)
+    finally:
+        release.set()
+
+
+@pytest.mark.parametrize("bad", [0, -1.0, float("inf"), float("nan"), True])
+def test_max_run_time_is_validated(bad):
+    with pytest.raises(ConfigError, match="max_run_time_s"):
+        make_config("pipeline-sgd", world_size=2, max_run_time_s=bad)
+
+
+def test_cli_rejects_a_bad_max_run_time(capsys):
+    from harness.cli import main
+
+    assert main(["run", "pipeline-sgd", "--world-size", "2", "--max-run-time", "0"]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "max_run_time_s" in err
+
+
+# ---- stop signals ------------------------------------------------------------------
+@pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM, signal.SIGHUP, signal.SIGQUIT])
+def test_stop_signals_raise_interrupted_and_wait_while_deferred(sig):
+    before = signal.getsignal(sig)
+    with pytest.raises(Interrupted) as info:
+        with _Signals() as sigs:
+            with sigs.deferred():
+                signal.raise_signal(sig)  # held: ranks are being started
+                held = sigs.pending
+            assert held == sig
+            sigs.check()
+    assert info.value.signum == sig and signal.Signals(sig).name in str(info.value)
+    assert signal.getsignal(sig) == before  # handlers restored
+
+
+# ---- leftovers -------------------------------------------------------------------
+def _dead_pid() -> int:
+    p = subprocess.Popen([sys.executable, "-c", "pass"])
+    p.wait()
+    return p.pid
+
+
+def _fake_run_dir(tmp: Path, pid: int, marker: str | None) -> Path:
+    d = tmp / f"commbench-run-{pid}-abc123"
+    d.mkdir()
+    if marker is not None:
+        (d / "launcher.pid").write_text(marker)
+    return d
+
+
+def test_remove_stale_removes_only_dead_launchers_run_dirs(tmp_path):
+    from harness.leftovers import remove_stale
+
+    dead = _dead_pid()
+    gone = _fake_run_dir(tmp_path, dead, str(dead))
+    live = _fake_run_dir(tmp_path, os.getppid(), str(os.getppid()))  # a live process
+    (tmp_path / f"commbench-run-{dead}-nomarker").mkdir()  # not made by commbench: no marker
+    wrong = tmp_path / f"commbench-run-{dead}-wrongmark"
+    wrong.mkdir()
+    (wrong / "launcher.pid").write_text("1")
+    other = tmp_path / f"commbench-runx-{dead}-abc"
+    other.mkdir()
+    removed = remove_stale(tmp_path)
+    assert not gone.exists()
+    assert live.exists() and wrong.exists() and other.exists()
+    assert (tmp_path / f"commbench-run-{dead}-nomarker").exists()
+    assert any(str(gone) in r for r in removed)
+
+
+@pytest.mark.netns
+def test_remove_stale_removes_only_dead_launchers_namespaces(tmp_path):
+    from harness.leftovers import remove_stale
+    from harness.netns import leftover_namespaces, unavailable_reason
+
+    if unavailable_reason() is not None:
+        pytest.skip(unavailable_reason())
+    dead, live = _dead_pid(), os.getppid()
+    names = [f"cb-{dead}-abcdef-sw", f"cb-{dead}-abcdef-r0", f"cb-{live}-abcdef-r0", f"cb-{dead}-notours"]
+    for n in names:
+        subprocess.run(["ip", "netns", "add", n], check=True)
+    try:
+        remove_stale(tmp_path)
+        left = set(leftover_namespaces())
+        assert names[0] not in left and names[1] not in left
+        assert names[2] in left and names[3] in left
+    finally:
+        for n in names:
+            subprocess.run(["ip", "netns", "del", n], capture_output=True)
+
+
+def test_commbench_clean_reports_what_it_removed(tmp_path, monkeypatch, capsys):
+    import tempfile
+
+    from harness.cli import main
+
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
+    dead = _dead_pid()
+    d = _fake_run_dir(tmp_path, dead, str(dead))
+    assert main(["clean"]) == 0
+    out = capsys.readouterr().out
+    assert not d.exists() and f"removed run directory {d}" in out and "commbench clean:" in out
