@@ -183,3 +183,39 @@ def test_asv_rerun_of_some_benchmarks_keeps_the_others(tmp_path, asv_portable):
     assert merged["bench_pipeline.Pipe.track_seconds_per_step"][0] == [0.7, 0.7]
     assert merged["bench_pipeline.Pipe.track_payload_bytes_per_step"] == full["results"][
         "bench_pipeline.Pipe.track_payload_bytes_per_step"]
+
+
+# --------------------------------------------------------------------------- exit rules (issue 15)
+def test_nothing_compared_is_an_error(tmp_path, capsys):
+    (tmp_path / "a").mkdir()
+    (tmp_path / "b").mkdir()
+    assert main(["compare", str(tmp_path / "a"), str(tmp_path / "b")]) == 2
+    assert "nothing compared" in capsys.readouterr().err
+
+
+def test_disjoint_sides_compare_nothing(base_record, tmp_path, capsys):
+    other = dataclasses.replace(base_record, config={**base_record.config, "seed": 7}, seed=7)
+    a = _write(base_record, tmp_path / "a" / "r.json")
+    b = _write(other, tmp_path / "b" / "r.json")
+    assert main(["compare", a, b]) == 2
+    assert "no run is on both sides" in capsys.readouterr().err
+
+
+def test_a_run_missing_on_one_side_fails_unless_allowed(base_record, tmp_path, capsys):
+    other = dataclasses.replace(base_record, config={**base_record.config, "seed": 7}, seed=7)
+    _write(base_record, tmp_path / "old" / "r.json")
+    _write(other, tmp_path / "old" / "s.json")
+    _write(base_record, tmp_path / "new" / "r.json")
+    old, new = str(tmp_path / "old"), str(tmp_path / "new")
+    assert main(["compare", old, new]) == 1
+    assert "1 run(s) on one side only" in capsys.readouterr().err
+    assert main(["compare", old, new, "--allow-missing"]) == 0
+    assert main(["compare", new, old]) == 1  # missing from OLD counts too
+
+
+def test_two_records_of_one_config_on_one_side_are_an_error(base_record, tmp_path, capsys):
+    _write(base_record, tmp_path / "old" / "r.json")
+    _write(base_record, tmp_path / "new" / "r.json")
+    _write(_with(base_record, params_sha256="0" * 64), tmp_path / "new" / "r2.json")
+    assert main(["compare", str(tmp_path / "old"), str(tmp_path / "new")]) == 2
+    assert "NEW holds two records of one config" in capsys.readouterr().err

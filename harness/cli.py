@@ -4,7 +4,10 @@ Built on the same API a user imports (``harness.registry.make_config``,
 ``harness.launcher.run``, ``harness.results``, ``harness.reporting``).  This is
 the composition root: the only module outside ``harness.experiments`` that
 imports it (see ARCHITECTURE.md).  Every
-bad input ends with one line on stderr and a non-zero exit status.
+bad input ends with one line on stderr and exit status 2, before any rank
+starts.  ``--help``, ``list algorithms`` and ``describe`` import neither torch
+nor any algorithm: they read :mod:`harness.catalog`; everything heavier is
+imported inside the command that needs it.
 """
 
 from __future__ import annotations
@@ -38,40 +41,84 @@ def _console():
 def cmd_list(args) -> int:
     from rich.table import Table
 
-    from .data import DATASETS, get_dataset
-    from .experiments import all_experiments
-    from .models import PRESETS
-    from .registry import load_all
+    from .catalog import load, world_rule
 
     con = _console()
-    t = Table(title="algorithms")
-    for c in ("name", "family", "world size", "summary"):
-        t.add_column(c)
-    for name, spec in sorted(load_all().items()):
-        ws = f"{spec.min_world}" if spec.max_world == spec.min_world else (
-            f">= {spec.min_world}" if spec.max_world is None else f"{spec.min_world}..{spec.max_world}")
-        t.add_row(name, spec.family, ws, spec.summary)
-    con.print(t)
-    t = Table(title="models")
-    for c in ("name", "family", "blocks", "d_model", "ffn", "activation", "vocab"):
-        t.add_column(c)
-    for name, p in PRESETS.items():
-        t.add_row(name, p.family, str(p.num_blocks), str(p.d_model), str(p.ffn_dim), p.activation, str(p.vocab_size))
-    con.print(t)
-    t = Table(title="data")
-    for c in ("name", "kind", "source"):
-        t.add_column(c)
-    for name in DATASETS:
-        ds = get_dataset(name)
-        t.add_row(name, ds.kind, ds.source)
-    con.print(t)
-    t = Table(title="experiments (commbench reproduce NAME)")
-    t.add_column("name")
-    t.add_column("in 'all'")
-    t.add_column("what")
-    for exp in all_experiments():
-        t.add_row(exp.name, "yes" if exp.paper else "by name", exp.summary)
-    con.print(t)
+    what = args.what
+    if what in ("all", "algorithms"):
+        t = Table(title="algorithms (commbench describe NAME)")
+        for c in ("name", "family", "world size", "summary"):
+            t.add_column(c)
+        for name, e in sorted(load().items()):
+            t.add_row(name, e["family"], world_rule(e), e["summary"])
+        con.print(t)
+    if what in ("all", "models"):
+        from .models import PRESETS  # imports torch and transformers (the presets build HF configs)
+
+        t = Table(title="models")
+        for c in ("name", "family", "blocks", "d_model", "ffn", "activation", "vocab"):
+            t.add_column(c)
+        for name, p in PRESETS.items():
+            t.add_row(name, p.family, str(p.num_blocks), str(p.d_model), str(p.ffn_dim), p.activation,
+                      str(p.vocab_size))
+        con.print(t)
+    if what in ("all", "data"):
+        from .data import DATASETS, get_dataset
+
+        t = Table(title="data")
+        for c in ("name", "kind", "source"):
+            t.add_column(c)
+        for name in DATASETS:
+            ds = get_dataset(name)
+            t.add_row(name, ds.kind, ds.source)
+        con.print(t)
+    if what in ("all", "experiments"):
+        from .experiments import all_experiments
+
+        t = Table(title="experiments (commbench reproduce NAME)")
+        t.add_column("name")
+        t.add_column("in 'all'")
+        t.add_column("what")
+        for exp in all_experiments():
+            t.add_row(exp.name, "yes" if exp.paper else "by name", exp.summary)
+        con.print(t)
+    return 0
+
+
+# --------------------------------------------------------------------------- describe
+def cmd_describe(args) -> int:
+    import dataclasses
+
+    from .catalog import load, world_rule
+    from .config import LIMITS, ConfigError, RunConfig, did_you_mean
+
+    cat = load()
+    e = cat.get(args.algorithm)
+    if e is None:
+        raise ConfigError(f"unknown algorithm {args.algorithm!r}{did_you_mean(args.algorithm, cat)}; "
+                          f"choose from {', '.join(sorted(cat))}")
+    lines = [f"{args.algorithm}  ({e['family']} family)", f"  {e['summary']}", ""]
+    paper = e["paper"] or "- (a reference of this harness)"
+    if e["cites"]:
+        paper += f"; sections cited in {e['module']}: {', '.join(e['cites'])}"
+    lines.append(f"paper:       {paper}")
+    lines.append(f"world size:  {world_rule(e)} (default {e['default_world']}, the smallest valid)")
+    lines.append("models:      " + (", ".join(e["models"]) if e["models"]
+                                    else "the transformer presets (commbench list models)"))
+    lines.append(f"code:        {e['module']} ({e['params_class']})")
+    lines.append("")
+    if e["params"]:
+        lines.append("parameters (commbench run ALGO --set NAME=VALUE):")
+        rows = [(p["name"], p["type"], repr(p["default"]), p["doc"] or "-") for p in e["params"]]
+        w = [max(len(r[i]) for r in rows + [("name", "type", "default", "")]) for i in range(3)]
+        lines.append(f"  {'name':<{w[0]}}  {'type':<{w[1]}}  {'default':<{w[2]}}  meaning")
+        lines += [f"  {n:<{w[0]}}  {t:<{w[1]}}  {d:<{w[2]}}  {m}" for n, t, d, m in rows]
+    else:
+        lines.append("parameters: none of its own")
+    shared = [f.name for f in dataclasses.fields(RunConfig) if f.name not in ("algorithm", "params")]
+    lines += ["", f"--set also reaches the shared run fields: {', '.join(shared)}",
+              "size limits: " + ", ".join(f"{k} <= {v}" for k, v in LIMITS.items())]
+    print("\n".join(lines))
     return 0
 
 
@@ -86,19 +133,49 @@ def _under_torchrun() -> bool:
         "COMMBENCH_RUN_DIR" not in os.environ
 
 
-def build_config(args):
-    from .config import apply_sets, parse_sets
-    from .registry import make_config
+def _default_world(args, algorithm: str) -> int | None:
+    """torchrun's WORLD_SIZE under torchrun, else the algorithm's smallest valid world size."""
+    if _under_torchrun():
+        return int(os.environ["WORLD_SIZE"])
+    from .catalog import load
 
-    base = dict(model=args.model, data=args.data, world_size=args.world_size, backend=args.backend,
+    e = load().get(algorithm)
+    return e["default_world"] if e else None
+
+
+def _check_names(args, spec) -> None:
+    """Unknown model or data named before any config is built, with the nearest name."""
+    from .config import ConfigError, did_you_mean
+    from .data import DATASETS
+    from .models import PRESETS
+
+    models = spec.models if spec.models is not None else tuple(PRESETS)
+    if args.model is not None and args.model not in models:
+        raise ConfigError(f"unknown model {args.model!r} for {spec.name}{did_you_mean(args.model, models)}; "
+                          f"choose from {', '.join(models)}")
+    if args.data is not None and args.data not in DATASETS:
+        raise ConfigError(f"unknown data {args.data!r}{did_you_mean(args.data, DATASETS)}; "
+                          f"choose from {', '.join(DATASETS)}")
+
+
+def build_config(args):
+    from .config import parse_sets, split_sets
+    from .registry import get_algorithm, make_config
+
+    spec = get_algorithm(args.algorithm)
+    _check_names(args, spec)
+    world = args.world_size if args.world_size is not None else _default_world(args, args.algorithm)
+    base = dict(model=args.model, data=args.data, world_size=world, backend=args.backend,
                 steps=args.steps, seed=args.seed, net=args.net, bandwidth=args.bandwidth,
                 latency_ms=args.latency_ms, timeout_s=args.timeout, metered=not args.no_meter,
                 max_run_time_s=args.max_run_time)
     base = {k: v for k, v in base.items() if v is not None}
     if args.net == "netns" and args.backend is None:
         base["backend"] = "gloo"  # namespaces hold processes; threads cannot be split across them
-    cfg = make_config(args.algorithm, **base)
-    cfg = apply_sets(cfg, parse_sets(args.set or []))
+    # --set is parsed first and takes part in the first validation: a value is
+    # never checked against a default it replaces.
+    run_over, param_over = split_sets(spec.params, parse_sets(args.set or []), args.algorithm)
+    cfg = make_config(args.algorithm, params=param_over, **{**base, **run_over})
     from .launcher import validate
 
     validate(cfg)
@@ -106,23 +183,34 @@ def build_config(args):
 
 
 def cmd_run(args) -> int:
+    from .outpaths import check_file_target
+
+    cfg = build_config(args)
+    out = Path(args.out) if args.out else _default_out(cfg)
+    check_file_target(out)  # before the run: a run must not end in "cannot write"
+
     from . import progress
     from .reporting import print_table, records_to_table
     from .results import write_result
 
-    cfg = build_config(args)
     if _under_torchrun() and cfg.backend != "threads":
         from .rank_entry import run_rank
 
         if int(os.environ["WORLD_SIZE"]) != cfg.world_size:
             raise UsageError(f"--world-size {cfg.world_size} differs from torchrun's WORLD_SIZE "
                              f"{os.environ['WORLD_SIZE']}")
-        out = Path(args.out) if args.out else _default_out(cfg)
         record = run_rank(cfg, out if int(os.environ["RANK"]) == 0 else None)
     else:
         record = progress.run(cfg, args.quiet)
-        out = Path(args.out) if args.out else _default_out(cfg)
-        write_result(record, out)
+        try:
+            write_result(record, out)
+        except OSError as e:  # the target changed during the run: keep the record anyway
+            from .outpaths import rescue_path
+
+            saved = write_result(record, rescue_path(out))
+            print(f"commbench: error: cannot write {out} ({e.strerror or e}); the record was saved to "
+                  f"{saved}", file=sys.stderr)
+            return EXIT_RUN_FAILED
     if record is not None:
         if not args.quiet:
             print_table(records_to_table([record]))
@@ -132,6 +220,7 @@ def cmd_run(args) -> int:
 
 # --------------------------------------------------------------------------- table
 def cmd_table(args) -> int:
+    from .outpaths import check_file_target
     from .reporting import (
         load_reference,
         print_table,
@@ -142,6 +231,8 @@ def cmd_table(args) -> int:
     )
     from .results import read_results
 
+    if args.out:
+        check_file_target(args.out)
     records = read_results(args.results)
     if not records:
         raise UsageError("commbench table: no result files found")
@@ -163,10 +254,12 @@ def cmd_table(args) -> int:
 def cmd_compare(args) -> int:
     from rich.table import Table
 
-    from .reporting.compare import compare
+    from .reporting.compare import compare, exit_status
 
     changes, notes = compare(args.old, args.new, args.machine)
-    regressions = [c for c in changes if c.regression]
+    code, reason = exit_status(changes, notes, args.allow_missing)
+    if code == EXIT_BAD_INPUT:
+        raise UsageError(f"compare {args.old} {args.new}: {reason}")
     t = Table(title=f"commbench compare {args.old} -> {args.new}")
     for col in ("run", "metric", "old", "new", "verdict"):
         t.add_column(col)
@@ -179,9 +272,11 @@ def cmd_compare(args) -> int:
     for n in notes:
         print(n)
     same = sum(1 for c in changes if c.deterministic and not c.regression)
-    print(f"{len(regressions)} deterministic change(s), {same} deterministic metric(s) unchanged; "
-          "time and memory are reported, never failed on")
-    return 1 if regressions else 0
+    print(f"{sum(c.regression for c in changes)} deterministic change(s), {same} deterministic metric(s) "
+          "unchanged; time and memory are reported, never failed on")
+    if code:
+        print(f"commbench: compare failed: {reason}", file=sys.stderr)
+    return code
 
 
 def _short(v) -> str:
@@ -194,6 +289,9 @@ def _short(v) -> str:
 
 # --------------------------------------------------------------------------- reproduce
 def cmd_reproduce(args) -> int:
+    from .outpaths import check_dir_target
+
+    check_dir_target(args.out_dir)
     from .experiments import run_experiments
 
     run_experiments(args.paper, scale=args.scale, out_dir=Path(args.out_dir), quiet=args.quiet)
@@ -212,60 +310,114 @@ def cmd_clean(args) -> int:
 
 
 # --------------------------------------------------------------------------- main
-def make_parser() -> argparse.ArgumentParser:
-    from .comm import BACKENDS
-    from .config import NETS
+# harness.comm.BACKENDS, named here so that --help does not import torch (a check keeps them equal)
+BACKENDS = ("threads", "gloo", "nccl")
 
+
+def _finite(kind: str, low: float, strict: bool):
+    """argparse type: a finite float above ``low`` ('inf' and 'nan' are one-line errors, not hangs)."""
+    import math
+
+    def parse(text: str) -> float:
+        try:
+            v = float(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"{text!r} is not a number of {kind}") from None
+        if not math.isfinite(v) or (v <= low if strict else v < low):
+            raise argparse.ArgumentTypeError(f"{text!r}: expected a finite number of {kind} "
+                                             f"{'>' if strict else '>='} {low:g}")
+        return v
+
+    return parse
+
+
+def make_parser() -> argparse.ArgumentParser:
+    import dataclasses
+
+    from .config import LIMITS_ENV, NETS, RunConfig
+
+    d = {f.name: f.default for f in dataclasses.fields(RunConfig)}
     p = _Parser(prog="commbench", description="verification test-bed and benchmark harness for "
-                "memory- and communication-efficient distributed training")
-    sub = p.add_subparsers(dest="command", parser_class=_Parser)
+                "memory- and communication-efficient distributed training",
+                epilog="start with: commbench list; commbench describe ALGO; "
+                       "commbench run ALGO --steps 2")
+    sub = p.add_subparsers(dest="command", parser_class=_Parser, metavar="COMMAND")
     sub.required = True
 
-    sub.add_parser("list", help="algorithms, models, data and experiments").set_defaults(fn=cmd_list)
+    ls = sub.add_parser("list", help="algorithms, models, data and experiments",
+                        description="list what can be run; 'list algorithms' starts without torch")
+    ls.add_argument("what", nargs="?", default="all",
+                    choices=("all", "algorithms", "models", "data", "experiments"),
+                    help="which table to show (default: %(default)s)")
+    ls.set_defaults(fn=cmd_list)
 
-    r = sub.add_parser("run", help="run one algorithm and write its result record")
-    r.add_argument("algorithm")
-    r.add_argument("--model")
-    r.add_argument("--data")
-    r.add_argument("--world-size", type=int)
-    r.add_argument("--backend", choices=BACKENDS)
-    r.add_argument("--steps", type=int)
-    r.add_argument("--seed", type=int)
+    ds = sub.add_parser("describe", help="an algorithm's parameters, world sizes and paper",
+                        description="an algorithm's parameters (types, defaults, meanings), valid world "
+                                    "sizes and paper, read without importing torch")
+    ds.add_argument("algorithm", help="algorithm name (commbench list algorithms)")
+    ds.set_defaults(fn=cmd_describe)
+
+    r = sub.add_parser("run", help="run one algorithm and write its result record",
+                       description="run one algorithm and write its result record; bad input fails "
+                                   f"before any rank starts (size limits: {LIMITS_ENV}=off lifts them)")
+    r.add_argument("algorithm", help="algorithm name (commbench list algorithms)")
+    r.add_argument("--model", help=f"model preset or problem (default: {d['model']}, or the algorithm's "
+                   "first model: commbench describe ALGO)")
+    r.add_argument("--data", help=f"data set (default: {d['data']}, or the algorithm's problem data)")
+    r.add_argument("--world-size", type=int, help="ranks (default: torchrun's WORLD_SIZE under torchrun, "
+                   "else the algorithm's smallest valid world size)")
+    r.add_argument("--backend", choices=BACKENDS,
+                   help=f"threads: ranks in this process; gloo/nccl: one process per rank "
+                        f"(default: {d['backend']}; gloo with --net netns)")
+    r.add_argument("--steps", type=int, help=f"training steps (default: {d['steps']})")
+    r.add_argument("--seed", type=int, help=f"run seed (default: {d['seed']})")
     r.add_argument("--set", action="append", metavar="KEY=VALUE",
-                   help="override a config or algorithm parameter (repeatable)")
-    r.add_argument("--out", help="result file (default: results/runs/<algorithm>-...json)")
-    r.add_argument("--net", choices=NETS, help="netns: one network namespace per rank (root)")
-    r.add_argument("--bandwidth", help="shape every rank's link with tc tbf, e.g. 80mbit (needs --net netns)")
-    r.add_argument("--latency-ms", type=float, help="latency injected per message by the Comm")
-    r.add_argument("--timeout", type=float, help="seconds any communication may wait (default 120)")
-    r.add_argument("--max-run-time", type=float, metavar="SECONDS",
+                   help="override a run field (batch_size, seq_len, ...) or an algorithm parameter "
+                        "(commbench describe ALGO); repeatable, applied before validation")
+    r.add_argument("--out", help="result file, checked for writability before the run "
+                   "(default: results/runs/<algorithm>-<model>-w<N>-<backend>-<time>.json)")
+    r.add_argument("--net", choices=NETS, help=f"netns: one network namespace per rank, needs root "
+                   f"(default: {d['net']})")
+    r.add_argument("--bandwidth", help="shape every rank's link with tc tbf, e.g. 80mbit "
+                   "(needs --net netns; default: unshaped)")
+    r.add_argument("--latency-ms", type=_finite("milliseconds", 0, strict=False),
+                   help=f"latency injected per message by the Comm (default: {d['latency_ms']:g})")
+    r.add_argument("--timeout", type=_finite("seconds", 0, strict=True),
+                   help=f"seconds any communication may wait (default: {d['timeout_s']:g})")
+    r.add_argument("--max-run-time", type=_finite("seconds", 0, strict=True), metavar="SECONDS",
                    help="stop the run after this many seconds (default: no limit)")
     r.add_argument("--no-meter", action="store_true", help="disable byte metering (overhead baseline)")
-    r.add_argument("--quiet", action="store_true")
+    r.add_argument("--quiet", action="store_true", help="no progress bar and no table, only the result path")
     r.set_defaults(fn=cmd_run)
 
     t = sub.add_parser("table", help="tabulate result records")
     t.add_argument("results", nargs="+", help="result files or directories")
-    t.add_argument("--format", choices=("md", "csv", "latex", "html"))
-    t.add_argument("--metrics", help="comma-separated metric names")
-    t.add_argument("--reference", help="paper name or CSV under results/reference/")
-    t.add_argument("--out", help="write the table here instead of stdout")
+    t.add_argument("--format", choices=("md", "csv", "latex", "html"),
+                   help="text format on stdout or in --out (default: a terminal table, or --out's suffix)")
+    t.add_argument("--metrics", help="comma-separated metric names (default: the standard set)")
+    t.add_argument("--reference", help="paper name or CSV under results/reference/ (default: none)")
+    t.add_argument("--out", help="write the table here instead of stdout (default: stdout)")
     t.set_defaults(fn=cmd_table)
 
     c = sub.add_parser("compare", help="regression report between two result sets or commits "
-                       "(non-zero exit on changed bytes, messages or equivalence hashes)")
+                       "(non-zero exit on changed bytes, messages or equivalence hashes)",
+                       description="exit 0: all runs matched, no deterministic change; 1: a change, or "
+                                   "a run on one side only; 2: bad input or nothing compared")
     c.add_argument("old", help="result file/directory, or a git commit with asv results")
-    c.add_argument("new")
+    c.add_argument("new", help="the same kind as OLD")
     c.add_argument("--all", action="store_true", help="also list unchanged deterministic metrics")
+    c.add_argument("--allow-missing", action="store_true",
+                   help="do not fail when a run is on one side only")
     c.add_argument("--machine", help="asv machine whose results to compare (commits only; default: "
                    "the one machine that measured both)")
     c.set_defaults(fn=cmd_compare)
 
     rp = sub.add_parser("reproduce", help="run a paper's comparison at this machine's scale")
-    rp.add_argument("paper", help="experiment name (commbench list), or 'all' for every paper's")
-    rp.add_argument("--scale", choices=("tiny", "small"), default="tiny")
-    rp.add_argument("--out-dir", default="results/exports")
-    rp.add_argument("--quiet", action="store_true")
+    rp.add_argument("paper", help="experiment name (commbench list experiments), or 'all' for every paper's")
+    rp.add_argument("--scale", choices=("tiny", "small"), default="tiny", help="(default: %(default)s)")
+    rp.add_argument("--out-dir", default="results/exports",
+                    help="records and tables go here, checked before any run (default: %(default)s)")
+    rp.add_argument("--quiet", action="store_true", help="no progress bars or tables")
     rp.set_defaults(fn=cmd_reproduce)
 
     sub.add_parser("clean", help="remove the run directories, rank processes and network namespaces "
@@ -273,30 +425,40 @@ def make_parser() -> argparse.ArgumentParser:
     return p
 
 
+def _loaded(module: str, name: str) -> tuple[type, ...]:
+    """An exception class, if its module is loaded (if not, nothing could have raised it)."""
+    mod = sys.modules.get(module)
+    return (getattr(mod, name),) if mod is not None and hasattr(mod, name) else ()
+
+
 def main(argv: list[str] | None = None) -> int:
-    from algorithms.codecs import CodecError
-
-    from .comm import RankFailed
-    from .config import ConfigError
-    from .netns import NetnsError
-    from .reporting import TableError
-    from .results import ResultError
-
+    argv = sys.argv[1:] if argv is None else argv
+    parser = make_parser()
+    if not argv:
+        parser.print_help(sys.stderr)
+        return EXIT_BAD_INPUT
     try:
-        args = make_parser().parse_args(argv)
+        args = parser.parse_args(argv)
         return args.fn(args)
     except UsageError as e:
         print(f"commbench: error: {str(e).removeprefix('commbench: ')}", file=sys.stderr)
         return EXIT_BAD_INPUT
-    except (ConfigError, ResultError, TableError, CodecError, ValueError, FileNotFoundError) as e:
-        print(f"commbench: error: {_one_line(e)}", file=sys.stderr)
-        return EXIT_BAD_INPUT
-    except (RankFailed, NetnsError) as e:
-        print(f"commbench: run failed: {_one_line(e)}", file=sys.stderr)
-        return EXIT_RUN_FAILED
     except KeyboardInterrupt as e:  # launcher.Interrupted says which signal and what was removed
         print(f"commbench: {e or 'interrupted'}", file=sys.stderr)
         return 128 + getattr(e, "signum", 2)
+    except Exception as e:
+        failed = _loaded("harness.comm.base", "RankFailed") + _loaded("harness.netns", "NetnsError")
+        if isinstance(e, failed):
+            print(f"commbench: run failed: {_one_line(e)}", file=sys.stderr)
+            return EXIT_RUN_FAILED
+        # ConfigError, ResultError, TableError and CodecError are ValueErrors
+        if isinstance(e, ValueError | FileNotFoundError):
+            print(f"commbench: error: {_one_line(e)}", file=sys.stderr)
+            return EXIT_BAD_INPUT
+        if isinstance(e, OSError):  # e.g. a disk that filled after the checks
+            print(f"commbench: error: {_one_line(e)}", file=sys.stderr)
+            return EXIT_RUN_FAILED
+        raise
 
 
 def _one_line(e: BaseException) -> str:

@@ -9,6 +9,9 @@ field name, with the value parsed by the field's declared type.
 from __future__ import annotations
 
 import dataclasses
+import difflib
+import math
+import os
 import re
 import types
 import typing
@@ -21,6 +24,41 @@ class ConfigError(ValueError):
 
 
 DTYPES = ("float32", "float64")
+
+# Upper bounds on sizes: what a 24 GB laptop could conceivably run with the
+# small presets.  A value beyond one fails at validation, before any rank
+# starts, instead of minutes later in an allocation; LIMITS_ENV=off lifts them.
+LIMITS_ENV = "COMMBENCH_LIMITS"
+LIMITS = {
+    "world_size": 64,
+    "steps": 1_000_000,
+    "batch_size": 4096,
+    "seq_len": 8192,
+    "threads_per_rank": 256,
+    "timeout_s": 86_400,  # one day: a longer wait is a hang
+    "latency_ms": 60_000,
+}
+MAX_TOKENS_PER_STEP = 1 << 20  # batch_size * seq_len: ~1M tokens of logits per step
+
+
+def limits_on() -> bool:
+    return os.environ.get(LIMITS_ENV, "on").lower() not in ("off", "0", "no", "false")
+
+
+def did_you_mean(name: str, choices) -> str:
+    """' (did you mean X?)' for the closest of ``choices``, or ''."""
+    close = difflib.get_close_matches(str(name), [str(c) for c in choices], n=1, cutoff=0.6)
+    return f" (did you mean {close[0]!r}?)" if close else ""
+
+
+def check_finite_params(params) -> None:
+    """Reject non-finite float fields of an algorithm's parameter dataclass (lr=nan, mu=inf)."""
+    if not dataclasses.is_dataclass(params):
+        return
+    for f in dataclasses.fields(params):
+        v = getattr(params, f.name)
+        if isinstance(v, float) and not math.isfinite(v):
+            raise ConfigError(f"{f.name} must be a finite number, got {v}")
 NETS = ("none", "netns")
 _RATE = re.compile(r"^(\d+(?:\.\d+)?)(bit|kbit|mbit|gbit)$")
 
@@ -99,12 +137,14 @@ class RunConfig:
         need(self.batch_size % self.micro_batches == 0,
              f"batch_size {self.batch_size} is not divisible by micro_batches {self.micro_batches}")
         need(self.dtype in DTYPES, f"dtype must be one of {', '.join(DTYPES)}, got {self.dtype!r}")
-        need(self.timeout_s > 0, "timeout_s must be > 0")
+        need(math.isfinite(self.timeout_s) and self.timeout_s > 0,
+             f"timeout_s must be a finite number of seconds > 0, got {self.timeout_s}")
+        need(math.isfinite(self.latency_ms) and self.latency_ms >= 0,
+             f"latency_ms must be a finite number >= 0, got {self.latency_ms}")
         need(self.max_run_time_s is None or (isinstance(self.max_run_time_s, (int, float))
                                              and not isinstance(self.max_run_time_s, bool)
                                              and 0 < self.max_run_time_s < float("inf")),
              f"max_run_time_s must be a finite number of seconds > 0, got {self.max_run_time_s!r}")
-        need(self.latency_ms >= 0, "latency_ms must be >= 0")
         need(self.threads_per_rank >= 1, "threads_per_rank must be >= 1")
         need(self.seed >= 0, "seed must be >= 0")
         need(self.net in NETS, f"net must be one of {', '.join(NETS)}, got {self.net!r}")
@@ -115,6 +155,15 @@ class RunConfig:
         if self.bandwidth is not None:
             need(self.net == "netns", "--bandwidth needs --net netns")
             parse_rate(self.bandwidth)
+        if limits_on():
+            for name, bound in LIMITS.items():
+                need(getattr(self, name) <= bound,
+                     f"{name} {getattr(self, name)} is above the limit {bound} "
+                     f"(set {LIMITS_ENV}=off to lift the size limits)")
+            tokens = self.batch_size * self.seq_len
+            need(tokens <= MAX_TOKENS_PER_STEP,
+                 f"batch_size * seq_len = {tokens} tokens per step is above the limit {MAX_TOKENS_PER_STEP} "
+                 f"(set {LIMITS_ENV}=off to lift the size limits)")
 
     @property
     def torch_dtype(self):
@@ -151,11 +200,19 @@ def _parse_value(text: str, tp, key: str):
         if low in ("0", "false", "no", "off"):
             return False
         raise ConfigError(f"--set {key}={text}: expected true or false")
-    if tp in (int, float):
+    if tp is int:
         try:
-            return tp(text)
+            return int(text)
         except ValueError:
-            raise ConfigError(f"--set {key}={text}: expected {tp.__name__}") from None
+            raise ConfigError(f"--set {key}={text}: expected int") from None
+    if tp is float:
+        try:
+            v = float(text)
+        except ValueError:
+            raise ConfigError(f"--set {key}={text}: expected float") from None
+        if not math.isfinite(v):
+            raise ConfigError(f"--set {key}={text}: expected a finite number")
+        return v
     if origin is tuple or tp is tuple:
         inner = (typing.get_args(tp) or (str,))[0]
         return tuple(_parse_value(t, inner, key) for t in text.split(",") if t)
@@ -172,11 +229,15 @@ def parse_sets(pairs: list[str]) -> dict[str, str]:
     return out
 
 
-def apply_sets(cfg: RunConfig, sets: dict[str, str]) -> RunConfig:
-    """Return cfg with --set overrides applied to RunConfig or its params."""
+def split_sets(params_cls: type, sets: dict[str, str], algorithm: str) -> tuple[dict, dict]:
+    """--set overrides parsed by their declared types: (RunConfig fields, params fields).
+
+    Split before any config is built, so the overrides take part in the first
+    validation (a world size valid only with the given ``cut`` is accepted).
+    """
     run_fields = {f.name for f in dataclasses.fields(RunConfig)} - {"algorithm", "params"}
     run_hints = typing.get_type_hints(RunConfig)
-    param_hints = typing.get_type_hints(type(cfg.params))
+    param_hints = typing.get_type_hints(params_cls) if dataclasses.is_dataclass(params_cls) else {}
     run_over, param_over = {}, {}
     for k, v in sets.items():
         if k in param_hints:
@@ -185,9 +246,17 @@ def apply_sets(cfg: RunConfig, sets: dict[str, str]) -> RunConfig:
             run_over[k] = _parse_value(v, run_hints[k], k)
         else:
             known = sorted(set(param_hints) | run_fields)
-            raise ConfigError(f"--set {k}: unknown key for {cfg.algorithm}; known keys: {', '.join(known)}")
+            raise ConfigError(f"--set {k}: unknown key for {algorithm}{did_you_mean(k, known)}; "
+                              f"known keys: {', '.join(known)}")
+    return run_over, param_over
+
+
+def apply_sets(cfg: RunConfig, sets: dict[str, str]) -> RunConfig:
+    """Return cfg with --set overrides applied to RunConfig or its params."""
+    run_over, param_over = split_sets(type(cfg.params), sets, cfg.algorithm)
     try:
         params = dataclasses.replace(cfg.params, **param_over) if param_over else cfg.params
     except (TypeError, ValueError) as e:
         raise ConfigError(f"--set: {e}") from None
+    check_finite_params(params)
     return dataclasses.replace(cfg, params=params, **run_over)

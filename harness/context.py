@@ -8,6 +8,7 @@ per-step values with ``ctx.log`` and ends with ``ctx.finish(params=...)``.
 
 from __future__ import annotations
 
+import math
 import os
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
@@ -21,6 +22,10 @@ from .config import RunConfig, parse_fault
 
 class InjectedFault(RuntimeError):
     """Raised by --set inject_fault=RANK@STEP (failure-handling checks)."""
+
+
+class Diverged(RuntimeError):
+    """A logged loss is NaN or infinite: the run stops there instead of training on garbage."""
 
 
 @dataclass
@@ -74,7 +79,13 @@ class RankContext:
     def log(self, **values: float) -> None:
         """Per-step scalars (e.g. loss=...), kept in the result's history."""
         for k, v in values.items():
-            self.history.setdefault(k, []).append(float(v))
+            v = float(v)
+            if (k == "loss" or k.endswith("_loss")) and not math.isfinite(v):
+                # Raised in the rank: the launcher's failure path ends every rank
+                # and names this one; the record would be refused anyway (JSON has no NaN).
+                raise Diverged(f"{k} is {v} at step {len(self.history.get(k, []))}: the run diverged "
+                               f"(try a smaller lr, or mu for ZO methods)")
+            self.history.setdefault(k, []).append(v)
 
     def steps(self) -> Iterator[int]:
         """The measured training loop: yields 0..steps-1, timing each step."""

@@ -14,7 +14,7 @@ import importlib
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from .config import ConfigError, NoParams, RunConfig
+from .config import ConfigError, NoParams, RunConfig, check_finite_params, did_you_mean
 
 
 @dataclass(frozen=True)
@@ -79,7 +79,8 @@ def load_all() -> dict[str, AlgorithmSpec]:
 def get_algorithm(name: str) -> AlgorithmSpec:
     load_all()
     if name not in ALGORITHMS:
-        raise ConfigError(f"unknown algorithm {name!r}; choose from {', '.join(sorted(ALGORITHMS))}")
+        raise ConfigError(f"unknown algorithm {name!r}{did_you_mean(name, ALGORITHMS)}; "
+                          f"choose from {', '.join(sorted(ALGORITHMS))}")
     return ALGORITHMS[name]
 
 
@@ -93,7 +94,12 @@ def make_config(algorithm: str, **overrides) -> RunConfig:
         overrides["data"] = d.get(overrides.get("model"), next(iter(d.values()))) if isinstance(d, dict) else d
     params = overrides.pop("params", None)
     if isinstance(params, dict):
-        params = spec.params(**params)
+        try:
+            params = spec.params(**params)
+        except (TypeError, ValueError) as e:
+            raise ConfigError(f"{algorithm}: {e}") from None
+    if params is not None:
+        check_finite_params(params)
     cfg = RunConfig(algorithm=algorithm, params=params if params is not None else spec.params(), **overrides)
     spec.validate(cfg)
     return cfg

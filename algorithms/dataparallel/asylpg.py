@@ -54,6 +54,8 @@ class DQParams:
             raise ValueError("l1 and l2 must be >= 0")
         if self.m < 0:
             raise ValueError(f"m must be >= 0, got {self.m}")
+        if self.batch < 1:
+            raise ValueError(f"batch must be >= 1, got {self.batch}")
         # the engine's own checks (bits, tau, phi, ...)
         self.setup("asylpg", problem=PROBLEMS[0], workers=1, seed=0)
 

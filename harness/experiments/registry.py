@@ -13,7 +13,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
-from harness.config import ConfigError
+from harness.config import ConfigError, did_you_mean
 
 
 @dataclass(frozen=True)
@@ -57,7 +57,8 @@ def experiment(name: str, summary: str, *, paper: bool = True):
 
 def get_experiment(name: str) -> Experiment:
     if name not in MODULES:
-        raise ConfigError(f"unknown experiment {name!r}; choose from all, {', '.join(MODULES)}")
+        raise ConfigError(f"unknown experiment {name!r}{did_you_mean(name, [*MODULES, 'all'])}; "
+                          f"choose from all, {', '.join(MODULES)}")
     if name not in EXPERIMENTS:
         importlib.import_module(f"{__package__}.{MODULES[name]}")
     return EXPERIMENTS[name]

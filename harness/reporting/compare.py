@@ -55,10 +55,21 @@ def _label(rec: ResultRecord) -> str:
     return f"{rec.algorithm} {rec.model} w{rec.world_size} {rec.backend} seed{rec.seed}"
 
 
+def _by_key(records: list[ResultRecord], side: str) -> dict[str, ResultRecord]:
+    """One record per config; two of one config make the comparison ambiguous."""
+    out: dict[str, ResultRecord] = {}
+    for r in records:
+        k = _key(r)
+        if k in out:
+            raise ValueError(f"{side} holds two records of one config ({_label(r)}); keep one of them")
+        out[k] = r
+    return out
+
+
 def compare_records(old: list[ResultRecord], new: list[ResultRecord]) -> tuple[list[Change], list[str]]:
-    """Changes per matched run, and notes on runs present on one side only."""
-    o = {_key(r): r for r in old}
-    n = {_key(r): r for r in new}
+    """Changes per matched run, and notes on runs present on one side only ("only in ...")."""
+    o = _by_key(old, "OLD")
+    n = _by_key(new, "NEW")
     changes, notes = [], []
     for k in sorted(set(o) | set(n)):
         if k not in n:
@@ -122,13 +133,23 @@ def _pick_machine(shas: tuple[str, str], root: Path, machine: str | None) -> str
 def _asv_results(sha: str, machine_dir: Path) -> dict[str, float]:
     out: dict[str, float] = {}
     for f in sorted(machine_dir.glob(f"{sha[:8]}-*.json")):
-        data = json.loads(f.read_text())
-        cols = data["result_columns"]
-        for bench, row in data["results"].items():
+        try:
+            data = json.loads(f.read_text())
+        except (OSError, ValueError) as e:
+            raise ValueError(f"{f}: not a readable asv result file ({e})") from None
+        cols = data.get("result_columns") if isinstance(data, dict) else None
+        results = data.get("results") if isinstance(data, dict) else None
+        if not isinstance(cols, list) or not isinstance(results, dict) or \
+                not all(isinstance(row, list) for row in results.values()):
+            raise ValueError(f"{f}: not an asv result file of the format this compare reads "
+                             "(needs 'result_columns' and list rows under 'results')")
+        for bench, row in results.items():
             row = dict(zip(cols, row, strict=False))
             values, params = row.get("result"), row.get("params") or []
             if values is None:
                 continue
+            if not isinstance(values, list) or not all(isinstance(p, list) for p in params):
+                raise ValueError(f"{f}: benchmark {bench!r} is not in the asv format this compare reads")
             names = [",".join(p) for p in _product(params)] if params else [""]
             for name, v in zip(names, values, strict=False):
                 out[f"{bench}({name})" if name else bench] = v
@@ -155,6 +176,29 @@ def compare_commits(old: str, new: str, machine: str | None = None,
         note = "" if det or not a[k] else f"x{b[k] / a[k]:.3f} (single asv sample; noise unknown)"
         changes.append(Change(k, k.split(".")[-1].split("(")[0], a[k], b[k], det, note))
     return changes, notes
+
+
+def missing_runs(notes: list[str]) -> list[str]:
+    return [n for n in notes if n.startswith("only in ")]
+
+
+def exit_status(changes: list[Change], notes: list[str], allow_missing: bool = False) -> tuple[int, str]:
+    """The command's exit status and its one-line reason.
+
+    0: every run on both sides was matched and no deterministic metric moved;
+    1: a deterministic metric changed, or a run is on one side only (unless
+    ``allow_missing``); 2: nothing was compared at all (empty or disjoint sides).
+    """
+    regressions = sum(1 for c in changes if c.regression)
+    missing = missing_runs(notes)
+    if not changes:
+        return 2, (f"nothing compared: no run is on both sides ({len(missing)} on one side only)"
+                   if missing else "nothing compared: both sides are empty")
+    if regressions:
+        return 1, f"{regressions} deterministic change(s)"
+    if missing and not allow_missing:
+        return 1, f"{len(missing)} run(s) on one side only (pass --allow-missing to accept)"
+    return 0, "no deterministic change"
 
 
 def compare(old: str, new: str, machine: str | None = None) -> tuple[list[Change], list[str]]:
