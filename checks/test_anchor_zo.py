@@ -29,7 +29,7 @@ import torch.nn.functional as F
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from algorithms.zo.estimator import scalars, walk
+from algorithms.zo.estimator import logged_loss, scalars, walk
 from algorithms.zo.perturb import Perturber, step_seeds, z_for, zo_update
 from harness.data import get_dataset
 from harness.models import build_model
@@ -182,3 +182,31 @@ def test_one_zo_sgd_step_lowers_a_convex_loss_in_expectation(seed, difference, P
     assert mean_updates_ok
     mean_delta = sum(deltas) / N_STEPS
     assert mean_delta <= -0.5 * lr * gnorm2, (mean_delta, -lr * gnorm2)
+
+
+@settings(max_examples=10, deadline=None)
+@given(seed=st.integers(0, 2**31 - 1), P_dirs=st.integers(1, 3), n=st.integers(1, 7))
+@pytest.mark.parametrize("difference", ["forward", "central"])
+def test_logged_loss_is_f_x_or_the_mean_of_the_perturbed_losses(seed, P_dirs, n, difference):
+    # The loss a ZO run reports (SparQ Eq. 3 / Eq. 7 evaluate it anyway): f(x_t)
+    # for forward differences, the mean of f(x ± mu z_i) for central ones, each
+    # written here from the check's own f(x) = sum(x^2) and the z of z_for.
+    mu = 1e-2
+    g = torch.Generator().manual_seed(seed)
+    x = torch.randn(n, generator=g, dtype=F64)
+    x0 = x.clone()
+    seeds = step_seeds(seed, 0, P_dirs)
+    losses = []
+    for _ in walk(Perturber([(0, x)]), seeds, mu, difference):
+        losses.append((x * x).sum().clone())
+
+    def f(v):
+        return float((v * v).sum())
+
+    if difference == "forward":
+        expected = f(x0)
+    else:
+        zs = [z_for(s, 0, (n,), F64) for s in seeds]
+        pts = [f(x0 + sign * mu * z) for z in zs for sign in (1, -1)]
+        expected = sum(pts) / len(pts)
+    assert logged_loss(losses, difference) == pytest.approx(expected, rel=1e-12, abs=1e-12)
