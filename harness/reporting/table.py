@@ -226,6 +226,8 @@ def records_to_table(
             names.extend(t for t in present if t not in names)
         elif m not in names:
             if not any(m in r.metrics for r in records):
+                if metrics is None:  # a default metric no record measured (e.g. memory="rss")
+                    continue
                 raise TableError(f"no record has metric {m!r}; available: {', '.join(available)}")
             names.append(m)
 
