@@ -183,3 +183,16 @@ def test_asv_rerun_of_some_benchmarks_keeps_the_others(tmp_path, asv_portable):
     assert merged["bench_pipeline.Pipe.track_seconds_per_step"][0] == [0.7, 0.7]
     assert merged["bench_pipeline.Pipe.track_payload_bytes_per_step"] == full["results"][
         "bench_pipeline.Pipe.track_payload_bytes_per_step"]
+
+
+def test_peak_tensor_bytes_is_deterministic_where_both_measured_it(base_record, tmp_path):
+    from harness.results.schema import Metric as M
+
+    measured = dataclasses.replace(base_record, metrics={
+        **base_record.metrics, "peak_tensor_bytes": M(1_000_000, "bytes", False)})
+    old = _write(measured, tmp_path / "old.json")
+    assert main(["compare", old, _write(measured, tmp_path / "same.json")]) == 0
+    # a record from before the metric (or a memory="rss" run) is no regression
+    assert main(["compare", _write(base_record, tmp_path / "rss.json"), old]) == 0
+    grown = _with(measured, peak_tensor_bytes=1_000_008)
+    assert main(["compare", old, _write(grown, tmp_path / "grown.json")]) == 1
