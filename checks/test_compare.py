@@ -219,3 +219,16 @@ def test_two_records_of_one_config_on_one_side_are_an_error(base_record, tmp_pat
     _write(_with(base_record, params_sha256="0" * 64), tmp_path / "new" / "r2.json")
     assert main(["compare", str(tmp_path / "old"), str(tmp_path / "new")]) == 2
     assert "NEW holds two records of one config" in capsys.readouterr().err
+
+
+def test_peak_tensor_bytes_is_deterministic_where_both_measured_it(base_record, tmp_path):
+    from harness.results.schema import Metric as M
+
+    measured = dataclasses.replace(base_record, metrics={
+        **base_record.metrics, "peak_tensor_bytes": M(1_000_000, "bytes", False)})
+    old = _write(measured, tmp_path / "old.json")
+    assert main(["compare", old, _write(measured, tmp_path / "same.json")]) == 0
+    # a record from before the metric (or a memory="rss" run) is no regression
+    assert main(["compare", _write(base_record, tmp_path / "rss.json"), old]) == 0
+    grown = _with(measured, peak_tensor_bytes=1_000_008)
+    assert main(["compare", old, _write(grown, tmp_path / "grown.json")]) == 1

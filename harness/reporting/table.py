@@ -18,7 +18,9 @@ MISSING = "—"
 DEFAULT_METRICS = (
     "payload_bytes_per_step",
     "messages_per_step",
+    "peak_tensor_bytes",
     "peak_memory_bytes",
+    "peak_memory_growth_bytes",
     "step_time_s",
     "throughput",
     "final_loss",
@@ -37,7 +39,9 @@ HEADERS = {
     "data_kind": "data kind",
     "payload_bytes_per_step": "payload/step",
     "messages_per_step": "messages/step",
-    "peak_memory_bytes": "peak memory",
+    "peak_tensor_bytes": "peak tensors",
+    "peak_memory_bytes": "peak RSS",
+    "peak_memory_growth_bytes": "RSS growth",
     "step_time_s": "step time",
     "throughput_tokens_per_s": "throughput",
     "throughput_samples_per_s": "throughput",
@@ -222,6 +226,8 @@ def records_to_table(
             names.extend(t for t in present if t not in names)
         elif m not in names:
             if not any(m in r.metrics for r in records):
+                if metrics is None:  # a default metric no record measured (e.g. memory="rss")
+                    continue
                 raise TableError(f"no record has metric {m!r}; available: {', '.join(available)}")
             names.append(m)
 
