@@ -23,7 +23,8 @@ def _output(seed: int, shapes, history, extra) -> RankOutput:
     return RankOutput(
         rank=1, params=[(3 * i, torch.randn(s, generator=g)) for i, s in enumerate(shapes)],
         history=history, step_times=[0.5, 1e-300, 3.0], peak_memory_bytes=123456,
-        peak_memory_growth_bytes=0, peak_memory_reset=True, sent_bytes=10, sent_messages=2,
+        peak_memory_growth_bytes=0, peak_memory_reset=True, peak_tensor_bytes=4096,
+        peak_tensor_growth_bytes=None, sent_bytes=10, sent_messages=2,
         received_bytes=9, framing_bytes=32, bytes_by_tag={"act": (10, 2), "": (0, 0)},
         tokens_per_step=64, wire_tx_bytes=None, wire_rx_bytes=77, extra=extra)
 

@@ -45,6 +45,8 @@ def encode(out: RankOutput) -> bytes:
         "peak_memory_bytes": out.peak_memory_bytes,
         "peak_memory_growth_bytes": out.peak_memory_growth_bytes,
         "peak_memory_reset": out.peak_memory_reset,
+        "peak_tensor_bytes": out.peak_tensor_bytes,
+        "peak_tensor_growth_bytes": out.peak_tensor_growth_bytes,
         "sent_bytes": out.sent_bytes,
         "sent_messages": out.sent_messages,
         "received_bytes": out.received_bytes,
@@ -140,6 +142,8 @@ def decode(data: bytes, expect_rank: int) -> RankOutput:
     if not isinstance(h.get("peak_memory_reset"), bool):
         raise RankOutputError("peak_memory_reset must be true or false")
     wire = {k: None if h.get(k) is None else _int(h.get(k), k) for k in ("wire_tx_bytes", "wire_rx_bytes")}
+    tensor = {k: None if h.get(k) is None else _int(h.get(k), k, lo=None)
+              for k in ("peak_tensor_bytes", "peak_tensor_growth_bytes")}
     return RankOutput(
         rank=expect_rank,
         params=params,
@@ -156,4 +160,5 @@ def decode(data: bytes, expect_rank: int) -> RankOutput:
         tokens_per_step=_int(h.get("tokens_per_step"), "tokens_per_step"),
         extra=extra,
         **wire,
+        **tensor,
     )
