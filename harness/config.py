@@ -21,7 +21,10 @@ class ConfigError(ValueError):
 
 
 DTYPES = ("float32", "float64")
-NETS = ("none", "netns")
+# none: no shaping; pacer: --bandwidth shaped in user space by the Comm (any
+# user, any backend; harness/comm/pacer.py); netns: one network namespace per
+# rank shaped by the kernel's tc tbf, with wire bytes counted (root, gloo).
+NETS = ("none", "pacer", "netns")
 _RATE = re.compile(r"^(\d+(?:\.\d+)?)(bit|kbit|mbit|gbit)$")
 
 
@@ -101,13 +104,22 @@ class RunConfig:
         need(self.threads_per_rank >= 1, "threads_per_rank must be >= 1")
         need(self.seed >= 0, "seed must be >= 0")
         need(self.net in NETS, f"net must be one of {', '.join(NETS)}, got {self.net!r}")
+        if self.bandwidth is not None and self.net == "none":
+            # --bandwidth alone means the path every user has: the user-space pacer
+            object.__setattr__(self, "net", "pacer")
         if self.net == "netns":
             need(self.backend == "gloo", "--net netns needs --backend gloo (one process per rank)")
         if self.inject_fault is not None:
             parse_fault(self.inject_fault, self.world_size)
         if self.bandwidth is not None:
-            need(self.net == "netns", "--bandwidth needs --net netns")
             parse_rate(self.bandwidth)
+        need(self.net != "pacer" or self.bandwidth is not None,
+             "--net pacer needs --bandwidth (the rate to pace each link at)")
+
+    @property
+    def paced_bps(self) -> float | None:
+        """The rate the Comm paces each link at (net="pacer"), else None."""
+        return parse_rate(self.bandwidth) if self.net == "pacer" else None
 
     @property
     def torch_dtype(self):

@@ -79,7 +79,7 @@ def run(cfg: RunConfig, *, progress: ProgressFn | None = None):
             return rank_program(cfg, comm, progress if comm.rank == last else None)
 
         outputs = run_threads(cfg.world_size, body, timeout_s=cfg.timeout_s,
-                              latency_ms=cfg.latency_ms, metered=cfg.metered)
+                              latency_ms=cfg.latency_ms, metered=cfg.metered, bandwidth_bps=cfg.paced_bps)
         return build_record(cfg, outputs)
     return _run_processes(cfg, progress)
 

@@ -30,7 +30,7 @@ def run_rank(cfg: RunConfig, out: Path | None, run_dir: Path | None = None):
     set_rank_threads(cfg.threads_per_rank)
     init_process_group_from_env(cfg.backend, cfg.timeout_s)
     comm = TorchDistComm(cfg.backend, timeout_s=cfg.timeout_s, latency_ms=cfg.latency_ms,
-                         metered=cfg.metered)
+                         metered=cfg.metered, bandwidth_bps=cfg.paced_bps)
     progress = None
     if run_dir is not None and comm.rank == comm.world_size - 1:
         pfile = run_dir / f"progress{comm.rank}.json"

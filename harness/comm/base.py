@@ -21,6 +21,7 @@ from abc import ABC, abstractmethod
 import torch
 
 from .byte_meter import FRAME_HEADER_BYTES, ByteMeter, Flow
+from .pacer import LinkPacer, wire_bytes
 
 
 class CommError(RuntimeError):
@@ -59,7 +60,7 @@ class Comm(ABC):
     backend: str = "?"
 
     def __init__(self, rank: int, world_size: int, *, timeout_s: float = 120.0,
-                 latency_ms: float = 0.0, metered: bool = True):
+                 latency_ms: float = 0.0, metered: bool = True, bandwidth_bps: float | None = None):
         if world_size < 1 or not 0 <= rank < world_size:
             raise ValueError(f"rank {rank} is not in a world of size {world_size}")
         if timeout_s <= 0:
@@ -71,6 +72,8 @@ class Comm(ABC):
         self.timeout_s = timeout_s
         self.latency_s = latency_ms / 1000.0
         self.meter = ByteMeter(rank, enabled=metered)
+        # user-space shaping of this rank's link (net="pacer"; see pacer.py)
+        self.pacer = LinkPacer(bandwidth_bps) if bandwidth_bps else None
 
     # ---- raw primitives -------------------------------------------------
     @abstractmethod
@@ -113,6 +116,10 @@ class Comm(ABC):
         if self.latency_s and messages:
             time.sleep(self.latency_s * messages)
 
+    def _pace(self, direction: str, payload: int, framing: int = 0) -> None:
+        if self.pacer is not None:
+            getattr(self.pacer, direction)(wire_bytes(payload, framing))
+
     def _collective_rounds(self) -> int:
         return max(1, math.ceil(math.log2(self.world_size))) if self.world_size > 1 else 0
 
@@ -123,6 +130,7 @@ class Comm(ABC):
         if data.dtype != torch.uint8 or data.dim() != 1:
             raise TypeError("Comm.send takes a serialized payload: a 1-D uint8 tensor")
         self._delay(1)
+        self._pace("outgoing", data.numel(), FRAME_HEADER_BYTES)
         self._send_frame(data.contiguous(), dst, tag_hash(tag))
         self.meter.record(Flow(self.rank, dst, "sent", tag, "send"), data.numel(),
                           framing=FRAME_HEADER_BYTES)
@@ -131,6 +139,7 @@ class Comm(ABC):
         """Receive the next payload from ``src``; the tag must match the sender's."""
         self._check_peer(src, "recv from rank")
         data = self._recv_frame(src, tag_hash(tag))
+        self._pace("incoming", data.numel(), FRAME_HEADER_BYTES)
         self.meter.record(Flow(src, self.rank, "received", tag, "recv"), data.numel(),
                           framing=FRAME_HEADER_BYTES)
         return data
@@ -149,6 +158,7 @@ class Comm(ABC):
         if len(set(srcs)) != len(srcs):
             raise ValueError(f"recv_any sources {srcs} contain duplicates")
         src, data = self._recv_any_frame(srcs, tag_hash(tag))
+        self._pace("incoming", data.numel(), FRAME_HEADER_BYTES)
         self.meter.record(Flow(src, self.rank, "received", tag, "recv"), data.numel(),
                           framing=FRAME_HEADER_BYTES)
         return src, data
@@ -160,8 +170,10 @@ class Comm(ABC):
         if self.world_size == 1:
             return [tensor.detach().clone()]
         self._delay(self._collective_rounds())
-        parts = self._all_gather_raw(raw)
         peers = self.world_size - 1
+        self._pace("outgoing", raw.numel() * peers)
+        parts = self._all_gather_raw(raw)
+        self._pace("incoming", raw.numel() * peers)
         self.meter.record(Flow(self.rank, -1, "sent", tag, "all_gather"), raw.numel() * peers, peers)
         self.meter.record(Flow(-1, self.rank, "received", tag, "all_gather"), raw.numel() * peers, peers)
         return [from_bytes(p, tensor) for p in parts]
@@ -197,7 +209,10 @@ class Comm(ABC):
         peers = self.world_size - 1
         if self.rank == src:
             self._delay(self._collective_rounds())
+            self._pace("outgoing", raw.numel() * peers)
         out = self._broadcast_raw(raw.clone(), src)
+        if self.rank != src:
+            self._pace("incoming", raw.numel())
         if self.rank == src:
             self.meter.record(Flow(src, -1, "sent", tag, "broadcast"), raw.numel() * peers, peers)
         else:

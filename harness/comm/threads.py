@@ -132,7 +132,7 @@ class ThreadsComm(Comm):
 
 
 def run_threads(world_size: int, fn, *, timeout_s: float = 120.0, latency_ms: float = 0.0,
-                metered: bool = True) -> list:
+                metered: bool = True, bandwidth_bps: float | None = None) -> list:
     """Run ``fn(comm)`` on ``world_size`` rank threads; return their results in rank order.
 
     A rank that raises ends the run: the others are released with CommError
@@ -143,7 +143,7 @@ def run_threads(world_size: int, fn, *, timeout_s: float = 120.0, latency_ms: fl
     errors: dict[int, BaseException] = {}
 
     def body(rank: int) -> None:
-        comm = world.comm(rank, latency_ms=latency_ms, metered=metered)
+        comm = world.comm(rank, latency_ms=latency_ms, metered=metered, bandwidth_bps=bandwidth_bps)
         try:
             results[rank] = fn(comm)
         except BaseException as e:  # noqa: BLE001 - reported to the caller below
