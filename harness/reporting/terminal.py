@@ -3,7 +3,8 @@
 Rich squeezes a table wider than the console by shortening cells ("256.…").
 Here every cell keeps its full text on one line: columns without any value
 are left out, and a table wider than the console is folded into parts that
-fit, each repeating the first (label) column; when not even the label and one
+fit, each repeating the first (label) column (text cells may wrap at
+spaces, numbers with their units never do); when not even the label and one
 more column fit side by side, the table is transposed into one
 ``field | value`` block per row.  Headers may wrap at spaces, never mid-word.
 The full table, every column, is in the exports (Markdown, CSV, HTML).
@@ -21,10 +22,19 @@ def _border(ncols: int) -> int:
     return 3 * ncols + 1
 
 
-def _need(header: str, cells: list[str]) -> int:
-    """Width a column needs: its longest cell, and its header's longest word."""
+PROSE = 30  # a text column (labels, claims) wraps at spaces beyond this width; numbers never wrap
+
+
+def _need(header: str, cells: list[str], numeric: bool = True) -> int:
+    """Width a column needs: its header's longest word, and its longest cell (a number,
+    with its unit, on one line) or, for text, its longest word or ``PROSE``."""
     words = header.split() or [""]
-    return max([len(w) for w in words] + [len(c) for c in cells] + [1])
+    if numeric:
+        body = [len(c) for c in cells]
+    else:
+        body = [max((len(w) for w in c.split()), default=0) for c in cells]
+        body.append(min(PROSE, max((len(c) for c in cells), default=0)))
+    return max([len(w) for w in words] + body + [1])
 
 
 def fold(table: Table, width: int) -> tuple[list[list[int]], bool, list[int]]:
@@ -34,7 +44,7 @@ def fold(table: Table, width: int) -> tuple[list[list[int]], bool, list[int]]:
     n = len(table.columns)
     empty = [j for j in range(n) if rows and all(r[j] == MISSING for r in rows)]
     keep = [j for j in range(n) if j not in empty] or list(range(n))
-    need = {j: _need(table.columns[j].header_text(), [r[j] for r in rows]) for j in keep}
+    need = {j: _need(table.columns[j].header_text(), [r[j] for r in rows], table.is_numeric(j)) for j in keep}
     if sum(need.values()) + _border(len(keep)) <= width:
         return [keep], False, empty
     label, rest = keep[0], keep[1:]
@@ -58,11 +68,12 @@ def fold(table: Table, width: int) -> tuple[list[list[int]], bool, list[int]]:
 
 def _widths(table: Table, rows: list[list[str]], cols: list[int], width: int) -> list[int]:
     """Fixed column widths (rich would otherwise shrink a column below its cells): each
-    column what it needs, then the spare width spent on unwrapping headers, left first."""
-    widths = [_need(table.columns[j].header_text(), [r[j] for r in rows]) for j in cols]
+    column what it needs, then the spare width spent on unwrapping text and headers, left first."""
+    widths = [_need(table.columns[j].header_text(), [r[j] for r in rows], table.is_numeric(j)) for j in cols]
     spare = width - sum(widths) - _border(len(cols))
     for i, j in enumerate(cols):
-        more = min(max(0, len(table.columns[j].header_text()) - widths[i]), max(0, spare))
+        full = max([len(table.columns[j].header_text())] + [len(r[j]) for r in rows])
+        more = min(max(0, full - widths[i]), max(0, spare))
         widths[i] += more
         spare -= more
     return widths
@@ -103,7 +114,7 @@ def terminal_tables(table: Table, width: int) -> list[Any]:
                 rt.add_column(Text(c.header_text()), justify="right" if table.is_numeric(j) else "left",
                               width=w)
             for r in rows:
-                rt.add_row(*(Text(r[j], no_wrap=True) for j in cols))
+                rt.add_row(*(Text(r[j], no_wrap=table.is_numeric(j)) for j in cols))
             out.append(rt)
     if notes:
         from rich.console import Group
