@@ -222,8 +222,9 @@ def make_parser() -> argparse.ArgumentParser:
     r.add_argument("--set", action="append", metavar="KEY=VALUE",
                    help="override a config or algorithm parameter (repeatable)")
     r.add_argument("--out", help="result file (default: results/runs/<algorithm>-...json)")
-    r.add_argument("--net", choices=NETS, help="netns: one network namespace per rank (root)")
-    r.add_argument("--bandwidth", help="shape every rank's link with tc tbf, e.g. 80mbit (needs --net netns)")
+    r.add_argument("--net", choices=NETS, help="pacer: --bandwidth paced by the Comm (any user); "
+                   "netns: one network namespace per rank, shaped by the kernel (root)")
+    r.add_argument("--bandwidth", help="shape every rank's link, e.g. 80mbit (user-space pacer; tc tbf with --net netns)")
     r.add_argument("--latency-ms", type=float, help="latency injected per message by the Comm")
     r.add_argument("--timeout", type=float, help="seconds any communication may wait (default 120)")
     r.add_argument("--no-meter", action="store_true", help="disable byte metering (overhead baseline)")
