@@ -37,7 +37,7 @@ def _cli(*args):
     (["run", "fo-sgd", "--model", "gpt-17"], "gpt-17"),
     (["run", "fo-sgd", "--data", "imagenet"], "imagenet"),
     (["run", "fo-sgd", "--backend", "mpi"], "invalid choice"),
-    (["run", "fo-sgd", "--bandwidth", "80mbit"], "needs --net netns"),
+    (["run", "fo-sgd", "--net", "pacer"], "needs --bandwidth"),
     (["run", "pipeline-sgd", "--world-size", "2", "--net", "netns", "--bandwidth", "fast"], "not a rate"),
     (["run", "fo-sgd", "--steps", "0"], "steps must be >= 1"),
     (["table", "does/not/exist.json"], "does/not/exist.json"),

@@ -42,8 +42,9 @@ def test_loss_curves_png(tmp_path):
 
 def test_bandwidth_and_codec_pngs(tmp_path):
     pytest.importorskip("matplotlib")
-    rows = [{"method": "x", "bandwidth": rate, "step": t, "speedup": 1.0} for rate, t in (("10mbit", 2.0), ("1gbit", 0.5))]
-    _assert_png(plot_bandwidth(rows, tmp_path / "bw.png"))
+    rows = [{"method": "x", "bandwidth": rate, "step": t, "speedup": 1.0, "speedup_paper": paper}
+            for rate, t, paper in (("10mbit", 2.0, None), ("1gbit", 0.5, 1.8))]
+    _assert_png(plot_bandwidth(rows, tmp_path / "bw.png", "user-space pacer"))
     pts = [{"codec": c, "tensor": k, "elements": n, "payload": n * b + 20, "floor": n * b}
            for c, b in (("fp32", 4), ("fp16", 2)) for k in ("gaussian", "relu") for n in (256, 1024)]
     _assert_png(plot_codec_sizes(pts, tmp_path / "codecs.png"))

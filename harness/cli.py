@@ -376,10 +376,11 @@ def make_parser() -> argparse.ArgumentParser:
                         "(commbench describe ALGO); repeatable, applied before validation")
     r.add_argument("--out", help="result file, checked for writability before the run "
                    "(default: results/runs/<algorithm>-<model>-w<N>-<backend>-<time>.json)")
-    r.add_argument("--net", choices=NETS, help=f"netns: one network namespace per rank, needs root "
+    r.add_argument("--net", choices=NETS, help="pacer: --bandwidth paced by the Comm (any user); "
+                   "netns: one network namespace per rank, shaped by the kernel (root) "
                    f"(default: {d['net']})")
-    r.add_argument("--bandwidth", help="shape every rank's link with tc tbf, e.g. 80mbit "
-                   "(needs --net netns; default: unshaped)")
+    r.add_argument("--bandwidth", help="shape every rank's link, e.g. 80mbit (user-space pacer; tc tbf "
+                   "with --net netns; default: unshaped)")
     r.add_argument("--latency-ms", type=_finite("milliseconds", 0, strict=False),
                    help=f"latency injected per message by the Comm (default: {d['latency_ms']:g})")
     r.add_argument("--timeout", type=_finite("seconds", 0, strict=True),

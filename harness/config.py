@@ -59,7 +59,10 @@ def check_finite_params(params) -> None:
         v = getattr(params, f.name)
         if isinstance(v, float) and not math.isfinite(v):
             raise ConfigError(f"{f.name} must be a finite number, got {v}")
-NETS = ("none", "netns")
+# none: no shaping; pacer: --bandwidth shaped in user space by the Comm (any
+# user, any backend; harness/comm/pacer.py); netns: one network namespace per
+# rank shaped by the kernel's tc tbf, with wire bytes counted (root, gloo).
+NETS = ("none", "pacer", "netns")
 MEMORY_METERS = ("rss", "tensor", "pass")
 _RATE = re.compile(r"^(\d+(?:\.\d+)?)(bit|kbit|mbit|gbit)$")
 
@@ -157,12 +160,14 @@ class RunConfig:
         need(self.memory in MEMORY_METERS,
              f"memory must be one of {', '.join(MEMORY_METERS)}, got {self.memory!r}")
         need(self.net in NETS, f"net must be one of {', '.join(NETS)}, got {self.net!r}")
+        if self.bandwidth is not None and self.net == "none":
+            # --bandwidth alone means the path every user has: the user-space pacer
+            object.__setattr__(self, "net", "pacer")
         if self.net == "netns":
             need(self.backend == "gloo", "--net netns needs --backend gloo (one process per rank)")
         if self.inject_fault is not None:
             parse_fault(self.inject_fault, self.world_size)
         if self.bandwidth is not None:
-            need(self.net == "netns", "--bandwidth needs --net netns")
             parse_rate(self.bandwidth)
         if limits_on():
             for name, bound in LIMITS.items():
@@ -173,6 +178,13 @@ class RunConfig:
             need(tokens <= MAX_TOKENS_PER_STEP,
                  f"batch_size * seq_len = {tokens} tokens per step is above the limit {MAX_TOKENS_PER_STEP} "
                  f"(set {LIMITS_ENV}=off to lift the size limits)")
+        need(self.net != "pacer" or self.bandwidth is not None,
+             "--net pacer needs --bandwidth (the rate to pace each link at)")
+
+    @property
+    def paced_bps(self) -> float | None:
+        """The rate the Comm paces each link at (net="pacer"), else None."""
+        return parse_rate(self.bandwidth) if self.net == "pacer" else None
 
     @property
     def torch_dtype(self):

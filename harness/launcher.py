@@ -109,7 +109,7 @@ def _run_once(cfg: RunConfig, progress: ProgressFn | None):
 
         outputs = run_threads(cfg.world_size, body, timeout_s=cfg.timeout_s,
                               latency_ms=cfg.latency_ms, metered=cfg.metered,
-                              max_run_time_s=cfg.max_run_time_s)
+                              max_run_time_s=cfg.max_run_time_s, bandwidth_bps=cfg.paced_bps)
         return build_record(cfg, outputs)
     return _run_processes(cfg, progress)
 

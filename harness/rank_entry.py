@@ -59,7 +59,7 @@ def run_rank(cfg: RunConfig, out: Path | None, run_dir: Path | None = None):
     if run_dir is not None and (run_dir / "board").exists():
         board = ProgressBoard.open_file(run_dir / "board", cfg.world_size)
     comm = TorchDistComm(cfg.backend, timeout_s=cfg.timeout_s, latency_ms=cfg.latency_ms,
-                         metered=cfg.metered, board=board)
+                         metered=cfg.metered, board=board, bandwidth_bps=cfg.paced_bps)
     progress = None
     if run_dir is not None and comm.rank == comm.world_size - 1:
         pfile = run_dir / f"progress{comm.rank}.json"

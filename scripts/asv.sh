@@ -9,7 +9,8 @@
 # Each commit's code is installed (editable, no dependencies) from a temporary
 # worktree and measured with the current benchmark suite, so every commit is
 # measured the same way; the current checkout is reinstalled at the end.
-# Results go to results/asv/<machine>/ (ASV_MACHINE, default: local), renamed
+# Results go to results/asv/<machine>/ (ASV_MACHINE, default: ci-2core, the
+# machine whose history is committed, so `commbench compare` finds both sides), renamed
 # so that no machine path is in them (scripts/asv_portable.py) and they can be
 # committed as that machine's history; the dashboard goes to .asv/html (open
 # it with `asv preview`), and `commbench compare OLD NEW` reads them.
@@ -17,7 +18,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 root=$(pwd)
 py=${PYTHON:-python3}
-machine=${ASV_MACHINE:-local}
+machine=${ASV_MACHINE:-ci-2core}
 bench=${ASV_BENCH:-.}
 revs=("$@")
 [ ${#revs[@]} -eq 0 ] && revs=(HEAD)

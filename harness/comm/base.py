@@ -23,6 +23,7 @@ from abc import ABC, abstractmethod
 import torch
 
 from .byte_meter import FRAME_HEADER_BYTES, ByteMeter, Flow
+from .pacer import LinkPacer, wire_bytes
 from .progress_board import COMPUTING, FINISHED, WAITING, ProgressBoard
 
 
@@ -131,7 +132,8 @@ class Comm(ABC):
 
     def __init__(self, rank: int, world_size: int, *, timeout_s: float = 120.0,
                  latency_ms: float = 0.0, metered: bool = True,
-                 max_frame_bytes: int = DEFAULT_MAX_FRAME_BYTES, board: ProgressBoard | None = None):
+                 max_frame_bytes: int = DEFAULT_MAX_FRAME_BYTES, board: ProgressBoard | None = None,
+                 bandwidth_bps: float | None = None):
         if world_size < 1 or not 0 <= rank < world_size:
             raise ValueError(f"rank {rank} is not in a world of size {world_size}")
         if timeout_s <= 0:
@@ -149,6 +151,8 @@ class Comm(ABC):
         self.board = board
         if board is not None:
             board.mark(rank, COMPUTING)
+        # user-space shaping of this rank's link (net="pacer"; see pacer.py)
+        self.pacer = LinkPacer(bandwidth_bps) if bandwidth_bps else None
 
     # ---- raw primitives -------------------------------------------------
     @abstractmethod
@@ -221,6 +225,10 @@ class Comm(ABC):
         if self.latency_s and messages:
             time.sleep(self.latency_s * messages)
 
+    def _pace(self, direction: str, payload: int, framing: int = 0) -> None:
+        if self.pacer is not None:
+            getattr(self.pacer, direction)(wire_bytes(payload, framing))
+
     def _collective_rounds(self) -> int:
         return max(1, math.ceil(math.log2(self.world_size))) if self.world_size > 1 else 0
 
@@ -234,6 +242,7 @@ class Comm(ABC):
             raise CommError(f"rank {self.rank}: message of {data.numel()} bytes to rank {dst} exceeds "
                             f"the maximum frame size {self.max_frame_bytes} (max_frame_bytes)")
         self._delay(1)
+        self._pace("outgoing", data.numel(), FRAME_HEADER_BYTES)
         with self._waiting():
             self._send_frame(data.contiguous(), dst, tag_hash(tag))
         self.meter.record(Flow(self.rank, dst, "sent", tag, "send"), data.numel(),
@@ -244,6 +253,7 @@ class Comm(ABC):
         self._check_peer(src, "recv from rank")
         with self._waiting():
             data = self._recv_frame(src, tag_hash(tag))
+        self._pace("incoming", data.numel(), FRAME_HEADER_BYTES)
         self.meter.record(Flow(src, self.rank, "received", tag, "recv"), data.numel(),
                           framing=FRAME_HEADER_BYTES)
         return data
@@ -263,6 +273,7 @@ class Comm(ABC):
             raise ValueError(f"recv_any sources {srcs} contain duplicates")
         with self._waiting():
             src, data = self._recv_any_frame(srcs, tag_hash(tag))
+        self._pace("incoming", data.numel(), FRAME_HEADER_BYTES)
         self.meter.record(Flow(src, self.rank, "received", tag, "recv"), data.numel(),
                           framing=FRAME_HEADER_BYTES)
         return src, data
@@ -274,9 +285,11 @@ class Comm(ABC):
         if self.world_size == 1:
             return [tensor.detach().clone()]
         self._delay(self._collective_rounds())
+        peers = self.world_size - 1
+        self._pace("outgoing", raw.numel() * peers)
         with self._waiting():
             parts = self._all_gather_raw(raw)
-        peers = self.world_size - 1
+        self._pace("incoming", raw.numel() * peers)
         self.meter.record(Flow(self.rank, -1, "sent", tag, "all_gather"), raw.numel() * peers, peers)
         self.meter.record(Flow(-1, self.rank, "received", tag, "all_gather"), raw.numel() * peers, peers)
         return [from_bytes(p, tensor) for p in parts]
@@ -312,8 +325,11 @@ class Comm(ABC):
         peers = self.world_size - 1
         if self.rank == src:
             self._delay(self._collective_rounds())
+            self._pace("outgoing", raw.numel() * peers)
         with self._waiting():
             out = self._broadcast_raw(raw.clone(), src)
+        if self.rank != src:
+            self._pace("incoming", raw.numel())
         if self.rank == src:
             self.meter.record(Flow(src, -1, "sent", tag, "broadcast"), raw.numel() * peers, peers)
         else:

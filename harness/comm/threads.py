@@ -159,7 +159,7 @@ class ThreadsComm(Comm):
 
 def run_threads(world_size: int, fn, *, timeout_s: float = 120.0, latency_ms: float = 0.0,
                 metered: bool = True, max_frame_bytes: int | None = None,
-                max_run_time_s: float | None = None) -> list:
+                max_run_time_s: float | None = None, bandwidth_bps: float | None = None) -> list:
     """Run ``fn(comm)`` on ``world_size`` rank threads; return their results in rank order.
 
     A rank that raises ends the run: the others are released with CommError
@@ -174,7 +174,7 @@ def run_threads(world_size: int, fn, *, timeout_s: float = 120.0, latency_ms: fl
 
     def body(rank: int) -> None:
         kw = {} if max_frame_bytes is None else {"max_frame_bytes": max_frame_bytes}
-        comm = world.comm(rank, latency_ms=latency_ms, metered=metered, **kw)
+        comm = world.comm(rank, latency_ms=latency_ms, metered=metered, bandwidth_bps=bandwidth_bps, **kw)
         try:
             results[rank] = fn(comm)
             comm.close()

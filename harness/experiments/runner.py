@@ -15,6 +15,10 @@ from . import claims as _claims
 from .registry import ORDER, Experiment, get_experiment
 
 ALL_BUDGET_S = 15 * 60  # `reproduce all` at the default scale must fit here on a 2-core machine
+# Rough seconds per experiment at the default scale on a loaded 2-core machine: only the
+# weights of the overall progress bar; its ETA follows the pace actually measured.
+EXPECTED_S = {"double-quant": 130, "clapping": 120, "protocol": 150, "sparq": 100, "distzo2": 60,
+              "bandwidth": 120}
 
 
 def run_and_save(cfg, path: Path | None, quiet: bool) -> ResultRecord:
@@ -45,28 +49,53 @@ def run_experiments(name: str, *, scale: str, out_dir: Path, quiet: bool = False
     chosen = [get_experiment(n) for n in ORDER] if name == "all" else [get_experiment(name)]
     tables = []
     _claims._CLAIMS.clear()
-    start = time.perf_counter()
-    for i, exp in enumerate(chosen, 1):
-        print(f"[{i}/{len(chosen)}] {exp.name}: {exp.summary}", flush=True)
-        t0 = time.perf_counter()
-        exp_tables = exp.run(scale, out_dir, quiet)
-        check_paper_tables(exp, exp_tables)
-        _show(exp_tables, quiet)
-        written = _write_tables(exp.name, exp_tables, out_dir)
-        tables.extend(exp_tables)
-        print(f"{exp.name}: {time.perf_counter() - t0:.1f} s; tables in {', '.join(written)}")
+    start, since = time.perf_counter(), time.time()
+    overall = progress.Overall({e.name: EXPECTED_S.get(e.name, 60.0) for e in chosen})
+    progress.set_overall(overall)
+    written: list[str] = []
+    try:
+        for i, exp in enumerate(chosen, 1):
+            print(f"[{i}/{len(chosen)}] {exp.name}: {exp.summary} ({overall.status()})", flush=True)
+            t0 = time.perf_counter()
+            overall.begin(exp.name)
+            exp_tables = exp.run(scale, out_dir, quiet)
+            overall.end(exp.name)
+            check_paper_tables(exp, exp_tables)
+            _show(exp_tables, quiet)
+            files = _write_tables(exp.name, exp_tables, out_dir)
+            written += files
+            tables.extend(exp_tables)
+            print(f"{exp.name}: {time.perf_counter() - t0:.1f} s; tables in {', '.join(files)}", flush=True)
+    finally:
+        progress.set_overall(None)
     if _claims._CLAIMS:
         summary = _claims.claims_table(list(_claims._CLAIMS))
+        summary.notes.insert(0, _claims.provenance())  # the header of claims.md: commit and machine
         _show([summary], quiet)
-        written = _write_tables("claims" if name == "all" else f"{name}-claims", [summary], out_dir)
-        print(f"claims: {', '.join(written)}")
+        files = _write_tables("claims" if name == "all" else f"{name}-claims", [summary], out_dir,
+                              header=summary.notes[0])
+        written += files
+        print(f"claims: {', '.join(files)}")
         tables.append(summary)
     elapsed = time.perf_counter() - start
     if name == "all" and scale == "tiny":
         verdict = "within" if elapsed <= ALL_BUDGET_S else "OVER"
         print(f"all: {elapsed / 60:.1f} min, {verdict} the {ALL_BUDGET_S // 60} min budget of the "
               "default scale", file=sys.stdout if elapsed <= ALL_BUDGET_S else sys.stderr)
+    _print_written(written, out_dir, [e.name for e in chosen], since)
     return tables
+
+
+def _print_written(tables: list[str], out_dir: Path, names: list[str], since: float) -> None:
+    """The run ends with where everything it wrote is: full tables, plots, run records."""
+    plots = sorted(str(p) for p in out_dir.glob("*.png") if p.stat().st_mtime >= since)
+    runs = [str(out_dir / n / "runs") for n in names if (out_dir / n / "runs").is_dir()]
+    print("\nwrote (the full tables, every column, are in the exports):")
+    for group, paths in (("tables", tables), ("plots", plots), ("run records", runs)):
+        if paths:
+            print(f"  {group}:")
+            for p in paths:
+                print(f"    {p}")
 
 
 def _show(tables: list[Table], quiet: bool) -> None:
@@ -77,11 +106,12 @@ def _show(tables: list[Table], quiet: bool) -> None:
             print_table(table)
 
 
-def _write_tables(name: str, tables: list[Table], out_dir: Path) -> list[str]:
-    """All of an experiment's tables in one markdown file; CSV and HTML one file per table."""
+def _write_tables(name: str, tables: list[Table], out_dir: Path, header: str = "") -> list[str]:
+    """All of an experiment's tables in one markdown file (after ``header``, a paragraph);
+    CSV and HTML one file per table."""
     out_dir.mkdir(parents=True, exist_ok=True)
     md = out_dir / f"{name}.md"
-    atomic_write(md, "\n\n".join(render(t, "md") for t in tables))
+    atomic_write(md, "\n\n".join(([header] if header else []) + [render(t, "md") for t in tables]))
     written = [str(md)]
     for i, table in enumerate(tables, 1):
         stem = out_dir / (name if len(tables) == 1 else f"{name}-{i}")

@@ -220,9 +220,11 @@ def plot(rows: list[dict], path: Path) -> str | None:
         ax.set_yscale("log")
         ax.set_xlabel(xlabel)
         ax.set_ylabel("payload bytes per step")
+        ax.set_title("against model size (fixed ranks)" if axis == "size" else "against ranks (fixed model)")
         ax.grid(True, which="both", alpha=0.3)
         if ax.get_legend_handles_labels()[0]:
             ax.legend(fontsize=7)
+    fig.suptitle("scaling: payload bytes per step of every family, log-log", fontsize=10)
     fig.tight_layout()
     path.parent.mkdir(parents=True, exist_ok=True)
     fig.savefig(path, dpi=120)

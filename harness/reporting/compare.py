@@ -58,7 +58,17 @@ def _key(rec: ResultRecord) -> str:
 
 
 def _label(rec: ResultRecord) -> str:
-    return f"{rec.algorithm} {rec.model} w{rec.world_size} {rec.backend} seed{rec.seed}"
+    """A run's name in the report: the defining fields a reader scans, the algorithm's
+    parameters, and a short hash of the whole matching key so that runs whose configs
+    differ anywhere never print the same label."""
+    import hashlib
+
+    cfg = rec.config
+    link = f" {cfg.get('net')} {cfg.get('bandwidth')}" if cfg.get("bandwidth") else ""
+    params = " ".join(f"{k}={v}" for k, v in sorted((cfg.get("params") or {}).items()))
+    digest = hashlib.sha256(_key(rec).encode()).hexdigest()[:8]
+    return (f"{rec.algorithm} {rec.model} w{rec.world_size} {rec.backend}{link} seed{rec.seed} "
+            f"{rec.data} {rec.steps} steps" + (f" [{params}]" if params else "") + f" #{digest}")
 
 
 def _by_key(records: list[ResultRecord], side: str) -> dict[str, ResultRecord]:

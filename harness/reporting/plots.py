@@ -131,26 +131,41 @@ def plot_loss_curves(series: Sequence[Curve], path: Path, title: str, hline: flo
 
 
 # --------------------------------------------------------------------------- bandwidth sweep
-def plot_bandwidth(rows: list[dict], path: Path) -> str | None:
-    """Bandwidth sweep rows ``{method, bandwidth, step, speedup}`` (a rate such as "80mbit",
-    seconds per step, ratio): time per step and speed-up over uncompressed against the rate."""
+def plot_bandwidth(rows: list[dict], path: Path, shaper: str = "tc tbf") -> str | None:
+    """Bandwidth sweep rows ``{method, bandwidth, step, speedup[, speedup_paper]}`` (a rate such
+    as "80mbit", seconds per step, ratio): time per step and speed-up over uncompressed against
+    the rate, with the paper's speed-ups at its rates marked and labelled with their values."""
     plt = _pyplot()
     if plt is None:
         return None
     from harness.config import parse_rate
 
-    fig, (ax1, ax2) = plt.subplots(1, 2, figsize=(10, 4))
-    for label in dict.fromkeys(r["method"] for r in rows):
-        pts = sorted((parse_rate(r["bandwidth"]), r["step"], r["speedup"]) for r in rows if r["method"] == label)
-        ax1.plot([p[0] / 1e6 for p in pts], [p[1] for p in pts], marker="o", label=label)
-        ax2.plot([p[0] / 1e6 for p in pts], [p[2] for p in pts], marker="o", label=label)
+    fig, (ax1, ax2) = plt.subplots(1, 2, figsize=(10, 4.4))
+    for i, label in enumerate(dict.fromkeys(r["method"] for r in rows)):
+        mine = [r for r in rows if r["method"] == label]
+        pts = sorted((parse_rate(r["bandwidth"]), r["step"], r["speedup"]) for r in mine)
+        ax1.plot([p[0] / 1e6 for p in pts], [p[1] for p in pts], marker="o", color=f"C{i}", label=label)
+        ax2.plot([p[0] / 1e6 for p in pts], [p[2] for p in pts], marker="o", color=f"C{i}", label=label)
+        paper = sorted((parse_rate(r["bandwidth"]), r["speedup_paper"]) for r in mine
+                       if r.get("speedup_paper") is not None)
+        if paper:
+            ax2.scatter([p[0] / 1e6 for p in paper], [p[1] for p in paper], marker="*", s=120, color=f"C{i}",
+                        edgecolor="black", zorder=3, label=f"{label}: paper")
+            for x, y in paper:
+                ax2.annotate(f"paper {y:.2f}x", (x / 1e6, y), textcoords="offset points", xytext=(6, 6),
+                             fontsize=7)
     for ax, ylabel in ((ax1, "seconds per step (median)"), (ax2, "speed-up over uncompressed")):
         ax.set_xscale("log")
-        ax.set_xlabel("link bandwidth [Mbit/s] (tc tbf)")
+        ax.set_xlabel(f"link bandwidth [Mbit/s] ({shaper})")
         ax.set_ylabel(ylabel)
         ax.grid(True, which="both", alpha=0.3)
+    ax1.set_title("time per step")
+    ax2.set_title("speed-up over the uncompressed pipeline")
     ax2.axhline(1.0, color="grey", lw=0.8)
     ax1.legend(fontsize=8)
+    ax2.legend(fontsize=7)
+    fig.suptitle(f"bandwidth sweep: 2-stage pipelines, links shaped by {shaper}; "
+                 "stars: the paper's speed-ups (Clapping Table 9)", fontsize=10)
     return _save(fig, plt, path)
 
 

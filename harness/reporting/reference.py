@@ -127,8 +127,10 @@ def with_reference(
     notes = list(table.notes)
     if matched:
         srcs = list(dict.fromkeys(sources))
-        notes.append("(paper) columns: reported values" + (f" from {'; '.join(srcs)}" if srcs
-                                                            else "") + ".")
+        # a source may itself say how the value was obtained ("derived from Table 1 ..."), so the
+        # sources are listed after a colon rather than after "from"
+        notes.append("(paper) columns: the paper's values" + (f"; sources: {'; '.join(srcs)}" if srcs
+                                                               else "") + ".")
     else:
         notes.append("No reference values matched these rows.")
     return replace(table, columns=columns, rows=rows, notes=notes)

@@ -162,15 +162,20 @@ def to_rich(table: Table) -> Any:
 
 
 def print_table(table: Table, console: Any = None) -> None:
-    """Print to the terminal with rich (a new ``rich.console.Console`` when none is given)."""
+    """Print to the terminal with rich (a new ``rich.console.Console`` when none is given),
+    folded to the console's width so that no cell is cut (:mod:`.terminal`)."""
+    from .terminal import terminal_tables
+
     if console is None:
         import sys
 
         from rich.console import Console
 
-        # Piped output (CI logs, files) gets a wide console instead of 80 columns.
-        console = Console(width=None if sys.stdout.isatty() else 220)
-    console.print(to_rich(table))
+        # Piped output (CI logs, files) gets a wide console instead of 80 columns, unless COLUMNS says.
+        wide = sys.stdout.isatty() or "COLUMNS" in os.environ
+        console = Console(width=None if wide else 220)
+    for part in terminal_tables(table, console.width):
+        console.print(part)
 
 
 def write_table(table: Table, path: str | os.PathLike, fmt: str | None = None) -> Path:

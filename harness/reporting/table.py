@@ -27,7 +27,11 @@ DEFAULT_METRICS = (
     "params_sha256",
 )
 
+WIRE_METRICS = ("wire_bytes_per_step", "wire_to_payload_ratio")
+
 HEADERS = {
+    "wire_bytes_per_step": "wire/step (kernel)",
+    "wire_to_payload_ratio": "wire / payload",
     "algorithm": "algorithm",
     "model": "model",
     "world_size": "world size",
@@ -218,6 +222,8 @@ def records_to_table(
     if not records:
         raise TableError("no result records to tabulate")
     requested = list(DEFAULT_METRICS if metrics is None else metrics)
+    if metrics is None and any(WIRE_METRICS[0] in r.metrics for r in records):
+        requested[1:1] = WIRE_METRICS  # a netns run: the kernel's count is why it was run
     available = sorted({m for r in records for m in r.metrics})
     names: list[str] = []
     for m in requested:

@@ -1,0 +1,107 @@
+"""User-space link shaping: ``--bandwidth`` without network namespaces or root.
+
+The kernel-verified path (``net="netns"``, :mod:`harness.netns`) gives every
+rank its own link to a switch and shapes both directions with ``tc tbf``.
+The pacer models the same star topology inside the Comm, one token bucket
+per link direction at the same rate:
+
+* **uplink** (rank -> switch): the sender pays before a message leaves; it
+  waits until the bucket has covered the message's wire bytes.  The bucket
+  holds ``burst_bytes`` (the value ``harness.netns`` gives tbf), so a short
+  message goes at once on an idle link, as it does through tbf.
+* **downlink** (switch -> rank): the receiver pays after a message arrives.
+  Packets cross both shapers in a stream, so on an idle downlink a message
+  that took ``n / rate`` on the uplink is not delayed again; only when
+  several senders converge on one receiver (a parameter server) does the
+  downlink queue, which is what the switch's tbf does.
+
+Wire bytes are modelled as payload plus the Comm's frame header plus
+Ethernet/IPv4/TCP headers per segment at MTU 1500 (``_SEGMENT``), so the
+pacer and ``tc tbf`` (which counts whole frames) charge about the same
+bytes.  ACKs in the opposite direction are not charged.  Pacing changes only
+time: no byte of any message and no result hash depends on it.
+
+Clocks: ``time.monotonic`` is system-wide on Linux, but each bucket is used by
+one rank only, so no clock is ever compared across processes.
+"""
+
+from __future__ import annotations
+
+import math
+import threading
+import time
+
+# A full TCP segment at MTU 1500 with timestamps carries 1448 bytes of data;
+# Ethernet (14) + IPv4 (20) + TCP (20) + timestamp option (12) = 66 bytes on top.
+_SEGMENT = 1448
+_SEGMENT_OVERHEAD = 66
+_TIMER_HZ = 250  # the kernel tick harness.netns sizes tbf's bucket for
+
+
+def wire_bytes(payload: int, framing: int = 0) -> int:
+    """Bytes a link carries for one message: payload, framing and per-segment headers."""
+    data = payload + framing
+    return data + max(1, math.ceil(data / _SEGMENT)) * _SEGMENT_OVERHEAD
+
+
+def tbf_burst_bytes(rate_bps: float, mtu: int = 1500) -> int:
+    """The bucket size ``harness.netns`` gives ``tc tbf``: one tick's worth, at least 4 MTUs."""
+    return max(int(rate_bps) // 8 // _TIMER_HZ, 4 * mtu)
+
+
+class TokenBucket:
+    """One direction of one link: ``rate_bps`` with a bucket of ``burst_bytes``.
+
+    Kept as the time the link finishes what it was given (a virtual clock):
+    a bucket that is ``burst`` bytes ahead of that time is full.
+    """
+
+    def __init__(self, rate_bps: float, burst_bytes: int, clock=time.monotonic):
+        if rate_bps <= 0:
+            raise ValueError("rate_bps must be > 0")
+        if burst_bytes < 0:
+            raise ValueError("burst_bytes must be >= 0")
+        self.rate_Bps = rate_bps / 8.0
+        self.burst_s = burst_bytes / self.rate_Bps
+        self.clock = clock
+        self.free_at = -math.inf  # when the link has sent everything handed to it
+        self._lock = threading.Lock()
+
+    def reserve(self, nbytes: int, start: float | None = None) -> float:
+        """Queue ``nbytes`` that can start at ``start`` (default now); return how long
+        the caller must wait before they count as sent (0 when the bucket covers them)."""
+        now = self.clock()
+        with self._lock:
+            begin = max(now if start is None else start, self.free_at)
+            self.free_at = begin + nbytes / self.rate_Bps
+            return max(0.0, self.free_at - self.burst_s - now)
+
+
+class LinkPacer:
+    """Both directions of one rank's link to the switch."""
+
+    def __init__(self, rate_bps: float, burst_bytes: int | None = None, *, clock=time.monotonic,
+                 sleep=time.sleep):
+        burst = tbf_burst_bytes(rate_bps) if burst_bytes is None else burst_bytes
+        self.rate_bps = rate_bps
+        self.up = TokenBucket(rate_bps, burst, clock)
+        self.down = TokenBucket(rate_bps, burst, clock)
+        self.clock = clock
+        self.sleep = sleep
+        self.waited_s = 0.0  # total time this rank spent waiting on its buckets
+
+    def _wait(self, seconds: float) -> None:
+        if seconds > 0:
+            self.waited_s += seconds
+            self.sleep(seconds)
+
+    def outgoing(self, nbytes: int) -> None:
+        """Before a message of ``nbytes`` wire bytes leaves this rank."""
+        self._wait(self.up.reserve(nbytes))
+
+    def incoming(self, nbytes: int) -> None:
+        """After a message of ``nbytes`` wire bytes arrived at this rank: it streamed
+        through the sender's uplink for ``nbytes / rate`` before now, and through
+        this downlink at the same time unless the downlink was busy."""
+        streamed = self.clock() - nbytes / self.up.rate_Bps
+        self._wait(self.down.reserve(nbytes, start=streamed))
