@@ -22,6 +22,7 @@ class ConfigError(ValueError):
 
 DTYPES = ("float32", "float64")
 NETS = ("none", "netns")
+MEMORY_METERS = ("rss", "tensor", "pass")
 _RATE = re.compile(r"^(\d+(?:\.\d+)?)(bit|kbit|mbit|gbit)$")
 
 
@@ -75,6 +76,12 @@ class RunConfig:
     net: str = "none"
     bandwidth: str | None = None
     threads_per_rank: int = 1
+    # Memory meters (harness.rank_meters): "rss" only; "tensor" also counts live
+    # tensor storages (peak_tensor_bytes) in the same run, whose step times then
+    # carry the counter's cost (a Python hook on every aten op on CPU); "pass"
+    # times a run without it and takes peak_tensor_bytes from a second, memory-only
+    # run of the same config.  CUDA ranks always report max_memory_allocated.
+    memory: str = "rss"
     # Fault injection for failure-handling checks: "RANK@STEP" raises in that
     # rank at that step; "RANK@STEP:exit" makes the process die abruptly.
     inject_fault: str | None = None
@@ -100,6 +107,8 @@ class RunConfig:
         need(self.latency_ms >= 0, "latency_ms must be >= 0")
         need(self.threads_per_rank >= 1, "threads_per_rank must be >= 1")
         need(self.seed >= 0, "seed must be >= 0")
+        need(self.memory in MEMORY_METERS,
+             f"memory must be one of {', '.join(MEMORY_METERS)}, got {self.memory!r}")
         need(self.net in NETS, f"net must be one of {', '.join(NETS)}, got {self.net!r}")
         if self.net == "netns":
             need(self.backend == "gloo", "--net netns needs --backend gloo (one process per rank)")

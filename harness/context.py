@@ -8,6 +8,7 @@ per-step values with ``ctx.log`` and ends with ``ctx.finish(params=...)``.
 
 from __future__ import annotations
 
+import contextlib
 import os
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
@@ -34,6 +35,9 @@ class RankOutput:
     peak_memory_bytes: int
     peak_memory_growth_bytes: int  # peak minus what was in use when the window opened
     peak_memory_reset: bool
+    # Peak bytes of live tensor storages in the window (None: not measured); see rank_meters.
+    peak_tensor_bytes: int | None
+    peak_tensor_growth_bytes: int | None  # peak minus the tensor bytes live when the window opened
     sent_bytes: int  # payload, as the Comm's byte meter counts it (glossary: harness.comm)
     sent_messages: int
     received_bytes: int
@@ -66,6 +70,21 @@ class RankContext:
         self._reset_ok = False
         self._netif = rank_meters.netif_from_env()
         self._fault = parse_fault(cfg.inject_fault, cfg.world_size) if cfg.inject_fault else None
+        self._tensor_meter = (rank_meters.TensorMemoryMeter(self.device.type)
+                              if cfg.memory == "tensor" and self.device.type == "cpu" else None)
+        self._tensor0 = 0
+        self._tensor_peak: int | None = None
+
+    @contextlib.contextmanager
+    def tracking(self) -> Iterator[None]:
+        """Where the rank program runs: loads the data first (so neither its
+        decoding nor its tensors land in the measured window) and counts the
+        program's tensor storages from its first allocation on."""
+        from .data import get_dataset
+
+        get_dataset(self.cfg.data).warm()
+        with self._tensor_meter if self._tensor_meter is not None else contextlib.nullcontext():
+            yield
 
     @property
     def dtype(self) -> torch.dtype:
@@ -101,9 +120,17 @@ class RankContext:
         self._snap0 = self.comm.meter.snapshot()
         self._reset_ok = rank_meters.reset_peak_memory(self.device)
         self._mem0 = rank_meters.current_memory_bytes(self.device)
+        if self._tensor_meter is not None:
+            self._tensor0 = self._tensor_meter.reset_peak()
+        elif self.device.type == "cuda":
+            self._tensor0 = int(torch.cuda.memory_allocated(self.device))
 
     def _close_window(self) -> None:
         self._window = self.comm.meter.snapshot() - self._snap0
+        if self._tensor_meter is not None:
+            self._tensor_peak = self._tensor_meter.peak
+        elif self.device.type == "cuda":
+            self._tensor_peak = int(torch.cuda.max_memory_allocated(self.device))
         # Every rank's sends have been received once all ranks pass this
         # barrier, so shaped queues have drained into the interface counters.
         self.comm.barrier()
@@ -125,6 +152,9 @@ class RankContext:
             peak_memory_bytes=peak,
             peak_memory_growth_bytes=max(0, peak - self._mem0),
             peak_memory_reset=self._reset_ok,
+            peak_tensor_bytes=self._tensor_peak,
+            peak_tensor_growth_bytes=(None if self._tensor_peak is None
+                                      else self._tensor_peak - self._tensor0),
             sent_bytes=sent_b,
             sent_messages=sent_m,
             received_bytes=recv_b,

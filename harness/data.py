@@ -116,6 +116,10 @@ class Dataset:
         """Expected loss (nats/token) of the Bayes-optimal predictor, when known."""
         return None
 
+    def warm(self) -> None:
+        """Load whatever the first batch would load (called before a rank's
+        measured window, so data loading is not counted in its memory or time)."""
+
     def info(self) -> dict[str, Any]:
         """What a result record says about the data."""
         return {"name": self.name, "kind": self.kind, "source": self.source,
@@ -224,6 +228,9 @@ class WikiDataset(Dataset):
         if split not in SPLITS:
             raise ValueError(f"unknown split {split!r}; choose from {', '.join(SPLITS)}")
         return _wiki_corpus(self._path)[split][0]
+
+    def warm(self) -> None:
+        _wiki_corpus(self._path)
 
     def titles(self, split: str = "train") -> tuple[str, ...]:
         """Titles of the articles in ``split``."""

@@ -14,6 +14,7 @@ namespaces removed, and ``RankFailed`` names the rank and its error.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import pickle
@@ -57,7 +58,8 @@ def rank_program(cfg: RunConfig, comm, progress: ProgressFn | None = None) -> Ra
     """Run the configured algorithm as one rank over ``comm``."""
     spec = get_algorithm(cfg.algorithm)
     ctx = RankContext(cfg, comm, progress=progress)
-    out = spec.run(ctx)
+    with ctx.tracking():
+        out = spec.run(ctx)
     if not isinstance(out, RankOutput):
         raise TypeError(f"{spec.name}: the rank function must return ctx.finish(...)")
     return out
@@ -66,9 +68,18 @@ def rank_program(cfg: RunConfig, comm, progress: ProgressFn | None = None) -> Ra
 # ---------------------------------------------------------------------------
 def run(cfg: RunConfig, *, progress: ProgressFn | None = None):
     """Run ``cfg`` and return its ResultRecord (not written anywhere)."""
+    validate(cfg)
+    record = _run_once(cfg, progress)
+    if cfg.memory == "pass" and cfg.backend != "nccl":
+        from .results.from_ranks import merge_memory_pass
+
+        merge_memory_pass(record, _run_once(dataclasses.replace(cfg, memory="tensor"), None))
+    return record
+
+
+def _run_once(cfg: RunConfig, progress: ProgressFn | None):
     from .results.from_ranks import build_record
 
-    validate(cfg)
     if cfg.backend == "threads":
         from .comm import run_threads
 

@@ -4,8 +4,11 @@ Runs are matched by what defines them: algorithm, model, data, world size,
 backend, steps, seed and the rest of the resolved config.  Deterministic
 metrics — bytes and messages per step, and the ``params_sha256`` equivalence
 hash — must be equal: any change is a regression and makes the command exit
-non-zero.  Time and memory are reported as ratios with their noise, and never
-fail the comparison (these machines are shared and noisy).
+non-zero.  Peak tensor bytes (live tensor storages, counted op by op) are
+deterministic too, and compared where both records carry them (older records
+and ``memory="rss"`` runs do not).  Time and process memory (RSS) are reported
+as ratios with their noise, and never fail the comparison (these machines are
+shared and noisy).
 
 OLD and NEW are result files or directories of them, or git commits whose
 asv results are stored under ``results/asv/<machine>/`` (then the asv
@@ -25,6 +28,8 @@ from harness.results import ResultRecord, read_results
 
 DETERMINISTIC = ("payload_bytes_per_step", "messages_per_step", "framing_bytes_per_step",
                  "tokens_per_step", "params_sha256")
+# deterministic, but only in records that measured them (a record without is no regression)
+DETERMINISTIC_IF_MEASURED = ("peak_tensor_bytes", "peak_tensor_growth_bytes")
 NOISY = ("step_time_s", "peak_memory_bytes", "peak_memory_growth_bytes")
 NOISE_SIGMAS = 3.0  # a noisy change is "significant" beyond this many standard errors
 
@@ -47,6 +52,7 @@ def _key(rec: ResultRecord) -> str:
     cfg = dict(rec.config)
     cfg.pop("metered", None)
     cfg.pop("timeout_s", None)
+    cfg.pop("memory", None)  # which meters ran, not what ran
     return json.dumps({"algorithm": rec.algorithm, **cfg}, sort_keys=True, default=str)
 
 
@@ -72,6 +78,10 @@ def compare_records(old: list[ResultRecord], new: list[ResultRecord]) -> tuple[l
                 va = a.metrics[name].value if name in a.metrics else None
                 vb = b.metrics[name].value if name in b.metrics else None
                 changes.append(Change(_label(a), name, va, vb, True))
+        for name in DETERMINISTIC_IF_MEASURED:
+            if name in a.metrics and name in b.metrics:
+                changes.append(Change(_label(a), name, a.metrics[name].value, b.metrics[name].value,
+                                      True))
         for name in NOISY:
             if name in a.metrics and name in b.metrics:
                 ma, mb = a.metrics[name], b.metrics[name]
@@ -150,7 +160,7 @@ def compare_commits(old: str, new: str, machine: str | None = None,
         if k not in a or k not in b:
             notes.append(f"only in {'NEW' if k in b else 'OLD'}: {k}")
             continue
-        det = ".track_payload" in k or ".track_messages" in k
+        det = ".track_payload" in k or ".track_messages" in k or ".track_peak_tensor" in k
         note = "" if det or not a[k] else f"x{b[k] / a[k]:.3f} (single asv sample; noise unknown)"
         changes.append(Change(k, k.split(".")[-1].split("(")[0], a[k], b[k], det, note))
     return changes, notes

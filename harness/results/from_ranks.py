@@ -5,7 +5,10 @@ Aggregation rules (stated once, used by every algorithm):
   window, divided by the number of steps (framing apart, as framing bytes);
 * wire bytes per step (``net="netns"`` runs only): the ranks' interface tx
   counters, summed, and their ratio to payload plus framing;
-* peak memory: the maximum over ranks;
+* peak memory: the maximum over ranks — of the live tensor storage bytes
+  (``peak_tensor_bytes``, the primary memory metric, deterministic) and of the
+  process's resident set (``peak_memory_bytes``, runtime included), each with
+  its growth over what was live when the window opened;
 * step time: the median step of the slowest rank;
 * throughput: tokens (or samples) consumed per step over that step time;
 * final loss: mean over the ranks that logged a loss, of their last value;
@@ -41,6 +44,16 @@ def _merge_params(outputs: list[RankOutput]) -> list[tuple[int, torch.Tensor]]:
     return sorted(merged.items())
 
 
+def _tensor_metrics(outputs: list[RankOutput], m) -> dict:
+    """peak_tensor_bytes and its growth, max over ranks; nothing where it was not measured."""
+    peaks = [o.peak_tensor_bytes for o in outputs]
+    if any(p is None for p in peaks):
+        return {}
+    return {"peak_tensor_bytes": m(max(peaks), "bytes", False),
+            "peak_tensor_growth_bytes": m(max(o.peak_tensor_growth_bytes for o in outputs), "bytes",
+                                          False)}
+
+
 def build_record(cfg: RunConfig, outputs: list[RankOutput]) -> ResultRecord:
     from ..data import get_dataset
 
@@ -67,6 +80,7 @@ def build_record(cfg: RunConfig, outputs: list[RankOutput]) -> ResultRecord:
         "framing_bytes_per_step": m(sum(o.framing_bytes for o in outputs) / steps, "bytes", False),
         "peak_memory_bytes": m(max(o.peak_memory_bytes for o in outputs), "bytes", False),
         "peak_memory_growth_bytes": m(max(o.peak_memory_growth_bytes for o in outputs), "bytes", False),
+        **_tensor_metrics(outputs, m),
         "step_time_s": Metric(value=step_time, unit="s", higher_is_better=False, stderr=step_se),
         "throughput_tokens_per_s": m(tokens / step_time if step_time > 0 else 0.0, "tokens/s", True),
         "tokens_per_step": m(tokens, "tokens"),
@@ -90,6 +104,7 @@ def build_record(cfg: RunConfig, outputs: list[RankOutput]) -> ResultRecord:
             "received_bytes_per_step": m(o.received_bytes / steps, "bytes", False),
             "peak_memory_bytes": m(o.peak_memory_bytes, "bytes", False),
             "peak_memory_growth_bytes": m(o.peak_memory_growth_bytes, "bytes", False),
+            **_tensor_metrics([o], m),
             "step_time_s": m(statistics.median(o.step_times), "s", False),
         }
         if o.wire_tx_bytes is not None:
@@ -110,11 +125,16 @@ def build_record(cfg: RunConfig, outputs: list[RankOutput]) -> ResultRecord:
     device = "cuda" if cfg.backend == "nccl" else "cpu"
     env = env_info(device)
     env["peak_memory_source"] = "cuda max_memory_allocated" if device == "cuda" else (
-        "ru_maxrss after clear_refs reset" if all(o.peak_memory_reset for o in outputs)
-        else "ru_maxrss (process lifetime; reset unavailable)")
+        "VmHWM after clear_refs reset" if all(o.peak_memory_reset for o in outputs)
+        else "VmHWM or ru_maxrss (process lifetime; reset unavailable)")
     if cfg.backend == "threads" and cfg.world_size > 1:
         # One process holds every rank: memory is the whole world's, not one rank's.
         env["peak_memory_source"] += "; threads backend: all ranks share one process"
+    if any(o.peak_tensor_bytes is not None for o in outputs):
+        env["peak_tensor_source"] = (
+            "cuda max_memory_allocated" if device == "cuda" else
+            "live tensor storages allocated by the rank's aten ops (harness.rank_meters.TensorMemoryMeter)"
+            + ("; threads backend: per rank thread" if cfg.backend == "threads" else ""))
     return ResultRecord(
         algorithm=cfg.algorithm,
         config=cfg.to_dict(),
@@ -130,3 +150,20 @@ def build_record(cfg: RunConfig, outputs: list[RankOutput]) -> ResultRecord:
         env=env,
         history=history,
     )
+
+
+def merge_memory_pass(record: ResultRecord, memory: ResultRecord) -> None:
+    """Put the tensor-memory metrics of a memory-only run of the same config
+    (``memory="pass"``) into ``record``, whose times are then free of the
+    counter's cost.  The two runs must agree on every deterministic metric."""
+    for name in ("payload_bytes_per_step", "messages_per_step", "params_sha256"):
+        a, b = record.metrics[name].value, memory.metrics[name].value
+        if a != b:
+            raise RuntimeError(f"{record.algorithm}: the memory pass differs from the timed run "
+                               f"in {name} ({a!r} vs {b!r}); the run is not deterministic")
+    for name in ("peak_tensor_bytes", "peak_tensor_growth_bytes"):
+        record.metrics[name] = memory.metrics[name]
+    for mine, theirs in zip(record.per_rank, memory.per_rank, strict=True):
+        for name in ("peak_tensor_bytes", "peak_tensor_growth_bytes"):
+            mine["metrics"][name] = theirs["metrics"][name]
+    record.env["peak_tensor_source"] = memory.env["peak_tensor_source"] + "; separate memory pass"

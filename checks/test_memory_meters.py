@@ -1,0 +1,137 @@
+"""Memory meters measure the rank: the tensor counter against closed-form storage
+sizes, its per-thread attribution, identical peaks from two runs of a config, a
+gloo rank's RSS peak that is its own (not the launcher's), and data loading
+kept out of the measured window."""
+
+from __future__ import annotations
+
+import threading
+
+import pytest
+import torch
+from hypothesis import given
+from hypothesis import strategies as st
+
+from harness import data as data_mod
+from harness.launcher import run
+from harness.rank_meters import TensorMemoryMeter, _status_kib
+from harness.registry import make_config
+
+TINY = dict(model="tiny-opt", data="synthetic-markov", steps=2, seed=3, batch_size=4, seq_len=16,
+            micro_batches=2)
+
+
+def test_counter_against_closed_form():
+    m = TensorMemoryMeter()
+    with m:
+        a = torch.empty(1000, dtype=torch.float32)
+        assert m.current == 4000
+        v = a[::2].view(-1)  # a view shares the storage
+        a.add_(1.0)  # in place: nothing new
+        assert m.current == 4000
+        b = a.to(torch.float64) * 2  # a temporary of 8000 bytes, then the result
+        assert m.current == 4000 + 8000
+        assert m.peak == 4000 + 8000 + 8000
+        del b
+        assert m.current == 4000
+        assert m.reset_peak() == 4000 and m.peak == 4000
+        del a
+        assert m.current == 4000  # the view keeps the storage alive
+        del v
+        assert m.current == 0
+        c = torch.empty(10, dtype=torch.float32)
+        c.resize_(100)  # grown in place: recounted
+        assert m.current == 400
+    assert m.peak == 4000
+
+
+@given(sizes=st.lists(st.integers(1, 5000), min_size=1, max_size=20), data=st.data())
+def test_counter_tracks_any_allocation_order(sizes, data):
+    m = TensorMemoryMeter()
+    with m:
+        held = [torch.empty(n, dtype=torch.int16) for n in sizes]
+        assert m.current == m.peak == 2 * sum(sizes)
+        order = data.draw(st.permutations(range(len(sizes))))
+        for k, i in enumerate(order):
+            held[i] = None
+            assert m.current == 2 * sum(sizes[j] for j in order[k + 1:])
+    assert m.peak == 2 * sum(sizes)
+
+
+def test_counter_is_per_thread():
+    meters = [TensorMemoryMeter(), TensorMemoryMeter()]
+    sizes = [3000, 7000]
+    barrier = threading.Barrier(2)
+    keep = [None, None]
+
+    def body(i):
+        with meters[i]:
+            barrier.wait()
+            keep[i] = torch.empty(sizes[i], dtype=torch.uint8)
+            barrier.wait()
+
+    threads = [threading.Thread(target=body, args=(i,)) for i in range(2)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert [m.peak for m in meters] == sizes
+    keep[0] = None  # freed outside the thread that made it: still subtracted from its meter
+    assert meters[0].current == 0 and meters[1].current == sizes[1]
+
+
+@pytest.mark.parametrize("algo, backend", [
+    ("pipeline-sgd", "threads"),
+    pytest.param("aq-sgd", "threads", marks=pytest.mark.slow),
+    pytest.param("pipeline-sgd", "gloo", marks=pytest.mark.slow),
+    pytest.param("aq-sgd", "gloo", marks=pytest.mark.slow),
+])
+def test_same_config_same_peak_tensor_bytes(algo, backend):
+    def peaks():
+        rec = run(make_config(algo, world_size=2, backend=backend, memory="tensor", **TINY))
+        return ([r["metrics"]["peak_tensor_bytes"].value for r in rec.per_rank],
+                rec.metrics["peak_tensor_bytes"].value)
+
+    first, second = peaks(), peaks()
+    assert first == second
+    per_rank, top = first
+    assert top == max(per_rank) > 0
+    # the stage holds at least its parameters (float32) for the whole window
+    assert min(per_rank) > 4 * 10_000
+
+
+def test_memory_pass_keeps_times_and_takes_tensor_peak():
+    cfg = make_config("pipeline-sgd", world_size=2, memory="pass", **TINY)
+    rec = run(cfg)
+    same = run(make_config("pipeline-sgd", world_size=2, memory="tensor", **TINY))
+    assert rec.metrics["peak_tensor_bytes"] == same.metrics["peak_tensor_bytes"]
+    assert "separate memory pass" in rec.env["peak_tensor_source"]
+    plain = run(make_config("pipeline-sgd", world_size=2, **TINY))
+    assert "peak_tensor_bytes" not in plain.metrics
+    assert plain.metrics["params_sha256"] == rec.metrics["params_sha256"]
+
+
+def test_gloo_rank_rss_peak_is_its_own():
+    # Inflate this (launching) process's high-water mark far above a rank's own
+    # size; a rank reading a peak inherited through fork+exec reports at least it.
+    ballast = torch.ones(768 * 2**20, dtype=torch.uint8)
+    parent_hwm = _status_kib("VmHWM")
+    if parent_hwm is None:
+        pytest.skip("no /proc/self/status here")
+    rec = run(make_config("pipeline-sgd", world_size=2, backend="gloo", **{**TINY, "steps": 1}))
+    del ballast
+    assert rec.env["peak_memory_source"].startswith("VmHWM after clear_refs")
+    for r in rec.per_rank:
+        assert 0 < r["metrics"]["peak_memory_bytes"].value < parent_hwm * 1024
+
+
+def test_data_is_loaded_before_the_window():
+    try:
+        data_mod.get_dataset("wiki-en")
+    except data_mod.DataUnavailableError as e:
+        pytest.skip(str(e))
+    cfg = make_config("fo-sgd", world_size=1, memory="tensor", **{**TINY, "data": "wiki-en"})
+    data_mod._load_wiki_corpus.cache_clear()  # the run's first batch would decode the corpus
+    cold = run(cfg).metrics["peak_tensor_bytes"].value
+    warm = run(cfg).metrics["peak_tensor_bytes"].value
+    assert cold == warm
