@@ -1,8 +1,8 @@
 """``commbench reproduce clapping``: the paper's comparisons at this machine's scale.
 
 1. No compression vs direct compression vs AQ-SGD vs EF21 (FC, p = 1) vs
-   Clapping-FC at Table 3's p values (E = 2, Top-5 % both ways, 3 seeds), on tiny-opt / wiki-en with
-   ways, a finite training set (so AQ-SGD revisits samples): validation loss
+   Clapping-FC at Table 3's p values (E = 2, Top-5 % both ways, 3 seeds), on tiny-opt / wiki-en
+   with a finite training set (so AQ-SGD revisits samples): validation loss
    and accuracy, bytes per step, error-feedback memory.
 2. Error-feedback memory against the dataset size (measured, and the closed form).
 3. The paper's Table 5 recomputed from App. H's formulas for LLaMA-2 7B/13B/70B.
