@@ -5,9 +5,11 @@
   non-zero ratio of what was sent, bytes per step and per run (all and
   activation-only, the paper-comparable part), loss.  Threads backend.
 * Table 2 (methods): FO pipeline (``pipeline-sgd``, cut after the same FFN
-  activation), centralised ``mezo`` and ``sparq`` (4-bit, forward, P = 5, the
-  paper's setting) on tiny-opt and on the OPT-125M shape, each node its own gloo
-  process, so peak memory per node is that process's.  ZO runs use the
+  activation), AQ-SGD (4-bit activation deltas, 8-bit gradients, per-sample
+  buffers), centralised ``mezo`` and ``sparq`` (4-bit, forward, P = 5, batch 32:
+  the paper's setting) on tiny-opt and small-opt (the OPT-125M shape at batch 32
+  takes minutes per FO step here), each node its own gloo process; memory is
+  peak tensor bytes per node.  ZO runs use the
   in-place (MeZO) perturbation mode; the exact mode would add a parameter copy.
 
 Models have synthetic weights and the data is byte-level text (no GLUE, no
@@ -117,7 +119,7 @@ METHOD_COLUMNS = [
 
 
 @experiment("sparq", "SparQ Tables 1-2 shape: bits vs sparsity and bytes (tiny ReLU/GELU/SwiGLU); "
-            "FO pipeline vs MeZO vs SparQ memory per node and bytes (tiny-opt, OPT-125M shape)")
+            "FO pipeline vs AQ-SGD vs MeZO vs SparQ peak tensor memory and bytes (tiny-opt, small-opt; batch 32, P = 5)")
 def reproduce_sparq(scale: str, out_dir: Path, quiet: bool) -> list[Table]:
     run_dir = out_dir / "sparq" / "runs"
     ref = load_reference("sparq")
