@@ -98,7 +98,10 @@ def claims_table(claims: list[Claim]) -> Table:
         caption="each claim measured at the paper's hyper-parameters, scaled only in model size and steps "
                 "(2 CPU cores, random-weight models of the papers' shapes, byte-level text); 'not "
                 "supported' is a finding, not a failure; properties true by construction are checks, "
-                "not claims")
+                "not claims",
+        notes=["checks, not claims (true by construction of the code): Clapping's EF memory independent of "
+               "the dataset size and AQ-SGD's growing per sample (checks/test_compressed_pipeline.py); "
+               "Protocol Models' payload ratio d/k (checks/test_protocol.py)"])
 
 
 # two-sided 95 % Student t quantiles by degrees of freedom (repeats - 1)
