@@ -19,20 +19,52 @@ def test_every_paper_has_an_experiment():
     assert ORDER[-1] == "bandwidth"
 
 
-def test_claims_table_has_our_column_and_the_papers(tmp_path):
+def test_claims_table_is_a_verdict_with_quote_criterion_and_three_outcomes(tmp_path):
     _CLAIMS.clear()
-    claim("P", "x is smaller", "> 3x", 1.2, False, "how")
-    claim("P", "y is lossless", "1x", 1.0, True)
-    claim("P", "z", "2x", float("nan"), True)  # a missing value cannot support anything
+    claim("P", '"x is 3x smaller"', "Table 2", "ratio > 3", "3.5x", 1.2, False, "how", unit="x")
+    claim("P", '"y is lossless"', "Table 1", "ratio = 1", "1x", 1.0, True, "how", unit="x")
+    claim("P", '"z"', "§5", "ratio > 2", "2x", float("nan"), True)  # a missing value cannot support anything
+    claim("P", '"w reaches the threshold"', "Table 1", "reaches < 0.1", "7x", "never < 0.1 in 3 epochs", False)
     table = claims_table(list(_CLAIMS))
     md = render(table, "md")
-    assert "paper" in md and "ours" in md and "supported here" in md
-    assert [row["supported"] for row in table.row_dicts()] == ["no", "yes", "undecided"]
+    for head in ("claim (the paper's words)", "stated for", "criterion", "paper", "ours", "outcome"):
+        assert head in md
+    rows = table.row_dicts()
+    assert [r["outcome"] for r in rows] == ["not supported", "supported", "not measurable here", "not supported"]
+    assert rows[0]["ours"] == "1.2x" and rows[2]["ours"] == "—" and rows[2]["how"]  # says why
+    assert rows[3]["ours"] == "never < 0.1 in 3 epochs"
     written = _write_tables("claims", [table], tmp_path)
     assert (tmp_path / "claims.md").exists() and (tmp_path / "claims.csv").exists()
     assert written
     assert isinstance(_CLAIMS[0], Claim)
     _CLAIMS.clear()
+    with pytest.raises(ValueError, match="must say why"):
+        claim("P", "q", "s", "c", "1", None, None)
+    with pytest.raises(ValueError, match="outcome"):
+        Claim("P", "q", "s", "c", "1", "1", "yes")
+    _CLAIMS.clear()
+
+
+def test_interval_helpers_against_closed_forms():
+    from harness.experiments.claims import (
+        mean_interval,
+        ratio_interval,
+        separation_step,
+        timed_verdict,
+    )
+
+    # t interval of (1, 2, 3): mean 2, sd 1, half-width 4.303 / sqrt(3)
+    mu, lo, hi = mean_interval([1.0, 2.0, 3.0])
+    assert mu == 2.0 and hi - mu == pytest.approx(4.303 / 3 ** 0.5)
+    # constant series: the bootstrap has nothing to resample, the interval is the point
+    assert ratio_interval([2.0] * 9, [4.0] * 9) == (0.5, 0.5, 0.5)
+    assert timed_verdict(0.7, 0.9, 0.8)[0] is None and "within noise" in timed_verdict(0.7, 0.9, 0.8)[1]
+    assert timed_verdict(0.85, 0.9, 0.8) == (True, "") and timed_verdict(0.6, 0.7, 0.8) == (False, "")
+    # two sets of curves equal for 10 steps, then 1.0 apart: apart from step 11 with window 1
+    a = [[0.0] * 10 + [1.0 + e] * 10 for e in (0.0, 0.01, -0.01)]
+    b = [[0.0 + e] * 10 + [0.0 + e] * 10 for e in (0.0, 0.01, -0.01)]
+    assert separation_step(a, b, 1) == 11
+    assert separation_step(a, a, 1) is None
 
 
 def test_all_runs_the_papers_and_each_paper_table_has_a_paper_column():

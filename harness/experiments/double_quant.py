@@ -64,7 +64,7 @@ def _crossing(master, thr):
 
 def table1_left(prob, cfg: dict, curves: list[Curve] | None = None) -> Table:
     """The table; each algorithm's loss trace (updates, inner bits) is appended to ``curves``."""
-    rows, base = [], None
+    rows, base, base_total = [], None, None
     for name in ORDER:
         master, thr, secs = run_one(prob, cfg, name)
         if curves is not None:
@@ -74,16 +74,18 @@ def table1_left(prob, cfg: dict, curves: list[Curve] | None = None) -> Table:
         hit = _crossing(master, thr)
         st = master.stats
         upd, inner, total = hit if hit else (master.updates, st.bits_inner, st.bits_inner + st.bits_epoch)
-        base = inner if name == "asyfpg" else base
+        base, base_total = (inner, total) if name == "asyfpg" else (base, base_total)
         ratio = base / inner if hit and base else None
+        ratio_total = base_total / total if hit and base_total else None
         rows.append(dict(algorithm=name, reached="yes" if hit else "no", updates=upd, bits=inner,
-                         bits_total=total, ratio=ratio, loss=master.losses[-1], violations=st.violations,
+                         bits_total=total, ratio=ratio, ratio_total=ratio_total, loss=master.losses[-1], violations=st.violations,
                          checks=st.checks, max_delay=st.max_delay, epoch_s=secs))
     cols = [Column("algorithm", "algorithm"), Column("reached", f"loss < {cfg['threshold']}"),
             Column("updates", "master updates"),
             Column("bits", "paper bits (inner)", "bits", False, "si"),
             Column("bits_total", "+ epoch map-reduce", "bits", False, "si"),
             Column("ratio", "AsyFPG / algorithm", "x", True, ".2f"),
+            Column("ratio_total", "AsyFPG / algorithm (all traffic)", "x", True, ".2f"),
             Column("loss", "last loss"), Column("violations", "(2) violations"),
             Column("checks", "(2) checks"), Column("max_delay", "max delay"),
             Column("epoch_s", "s / epoch", "s", False)]
@@ -92,7 +94,8 @@ def table1_left(prob, cfg: dict, curves: list[Curve] | None = None) -> Table:
                     f"W={cfg['workers']}, tau={cfg['tau']}",
               columns=cols, rows=rows,
               caption="paper bits: 32 + b·d per quantised message, 32d full precision, 1 per flag, "
-                      "32 + nnz(⌈log₂d⌉ + b) sparse; ratio over inner-iteration bits (both directions). "
+                      "32 + nnz(⌈log₂d⌉ + b) sparse; ratio over inner-iteration bits (both directions), the paper's accounting; 'all traffic' adds every "
+                      "epoch's full-precision snapshot and gradient map-reduce, and is what the claims use. "
                       "Paper values are for MNIST 784-100-10 at loss < 0.05 (not comparable in absolute bits).",
               notes=["real data: sklearn digits (1797 × 64), not MNIST; one lr (0.2) for every algorithm, "
                      "not tuned per algorithm; deterministic simulator with seeded delay schedule",
@@ -142,7 +145,7 @@ def double_quant(scale: str, out_dir: Path, quiet: bool) -> list[Table]:
     left = table1_left(prob, cfg, curves)
     left.notes.extend(meter_check(cfg))
     left.notes.append(_plot(curves, cfg, out_dir))
-    _claims(left)
+    _claims(left, cfg)
     return [left, table1_right(prob, cfg)]
 
 
@@ -157,15 +160,52 @@ def _plot(curves: list[Curve], cfg: dict, out_dir: Path) -> str:
     return note(png)
 
 
-def _claims(left: Table) -> None:
-    """Table 1 (left, MNIST): AsyFPG bits / algorithm bits to the loss threshold."""
+PAPER_RATIO = {"asyfpg": 1.0, "acc-asyfpg": 3.52, "qsvrg": 5.38, "asylpg": 7.28, "sparse-asylpg": 8.87,
+               "acc-asylpg": 19.13}  # Table 1 (left): AsyFPG bits / algorithm bits, MNIST, loss < 0.05
+# (claim words, fewer-bits algorithm, baseline): §6.2 "our new low-precision algorithms can
+# significantly reduce communication overhead compared to their full-precision counterparts and QSVRG",
+# and the ordering Table 1 shows among the low-precision ones
+PAIRS = (("AsyLPG needs fewer bits than its full-precision counterpart", "asylpg", "asyfpg"),
+         ("Acc-AsyLPG needs fewer bits than its full-precision counterpart", "acc-asylpg", "acc-asyfpg"),
+         ("AsyLPG needs fewer bits than QSVRG", "asylpg", "qsvrg"),
+         ("Sparse-AsyLPG needs fewer bits than AsyLPG", "sparse-asylpg", "asylpg"))
+QUOTE = "\"our new low-precision algorithms can significantly reduce communication overhead\""
 
-    ratio = {row["algorithm"]: row["ratio"] for row in left.row_dicts()}
-    a, s_, acc = ratio.get("asylpg"), ratio.get("sparse-asylpg"), ratio.get("acc-asylpg")
-    claim("double quantisation", "AsyLPG needs fewer bits than AsyFPG (AsyFPG / AsyLPG)", "7.28x", a,
-          a is not None and a > 1, "inner-iteration bits to the loss threshold, simulator, digits MLP")
-    claim("double quantisation", "Sparse-AsyLPG needs fewer bits than AsyLPG (AsyFPG / Sparse-AsyLPG)",
-          "8.87x (> 7.28x)", s_, None if s_ is None or a is None else s_ > a, "same run")
-    others = [v for k, v in ratio.items() if k != "acc-asylpg" and v is not None]
-    claim("double quantisation", "Acc-AsyLPG needs the fewest bits (AsyFPG / Acc-AsyLPG)", "19.13x (largest)",
-          acc, None if acc is None else acc > max(others, default=0), "same run")
+
+def _claims(left: Table, cfg: dict) -> None:
+    """Table 1 (left): bits until the loss first falls below the threshold, all traffic counted
+    (inner iterations both ways and every epoch's full-precision snapshot and gradient map-reduce).
+    An algorithm that never reaches the threshold needs more bits than any that does."""
+    rows = {row["algorithm"]: row for row in left.row_dicts()}
+    thr, epochs = cfg["threshold"], cfg["max_epochs"]
+    src = "Table 1 (left), MNIST 784-100-10, loss < 0.05"
+    how = (f"all traffic (inner + per-epoch full precision) until P(x) < {thr}, digits MLP 64-100-10, "
+           f"b_x = {cfg['bx']}, b = {cfg['b']}, batch {cfg['batch']}, one lr ({cfg['lr']}) for all, simulator")
+
+    def reached(name: str) -> bool:
+        return rows[name]["reached"] == "yes"
+
+    for words, alg, base in PAIRS:
+        paper = PAPER_RATIO[alg] / PAPER_RATIO[base]
+        crit = f"{base} bits / {alg} bits > 1, {alg} reaching P(x) < {thr}"
+        if not reached(alg):
+            claim("double quantisation", f"{words} ({QUOTE})", src, crit, f"{paper:.2f}x",
+                  f"{alg} never < {thr} in {epochs} epochs", False, how)
+            continue
+        ratio = rows[base]["bits_total"] / rows[alg]["bits_total"]
+        bound = "" if reached(base) else f" (lower bound: {base} never < {thr} in {epochs} epochs)"
+        claim("double quantisation", f"{words} ({QUOTE})", src, crit, f"{paper:.2f}x",
+              f"{ratio:.2f}x{bound}", ratio > 1, how)
+    # Acc-AsyLPG: the largest ratio of Table 1 (19.13x), i.e. the fewest bits of all six
+    crit = f"acc-asylpg needs the fewest bits of all to P(x) < {thr}"
+    if not reached("acc-asylpg"):
+        claim("double quantisation", f"Acc-AsyLPG needs the fewest bits ({QUOTE})", src, crit,
+              "19.13x (largest)", f"never < {thr} in {epochs} epochs", False, how)
+        return
+    best = rows["acc-asylpg"]["bits_total"]
+    others = {n: r["bits_total"] for n, r in rows.items() if n not in ("acc-asylpg", "qsgd") and reached(n)}
+    runner_up = min(others.values(), default=None)
+    claim("double quantisation", f"Acc-AsyLPG needs the fewest bits ({QUOTE})", src, crit,
+          "19.13x vs 8.87x next", f"{rows['asyfpg']['bits_total'] / best:.2f}x"
+          + (f" vs {rows['asyfpg']['bits_total'] / runner_up:.2f}x next" if runner_up else ""),
+          runner_up is None or best < runner_up, how + "; ratios over AsyFPG's bits")

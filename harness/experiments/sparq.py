@@ -5,9 +5,11 @@
   non-zero ratio of what was sent, bytes per step and per run (all and
   activation-only, the paper-comparable part), loss.  Threads backend.
 * Table 2 (methods): FO pipeline (``pipeline-sgd``, cut after the same FFN
-  activation), centralised ``mezo`` and ``sparq`` (4-bit, forward, P = 5, the
-  paper's setting) on tiny-opt and on the OPT-125M shape, each node its own gloo
-  process, so peak memory per node is that process's.  ZO runs use the
+  activation), AQ-SGD (4-bit activation deltas, 8-bit gradients, per-sample
+  buffers), centralised ``mezo`` and ``sparq`` (4-bit, forward, P = 5, batch 32:
+  the paper's setting) on tiny-opt and small-opt (the OPT-125M shape at batch 32
+  takes minutes per FO step here), each node its own gloo process; memory is
+  peak tensor bytes per node.  ZO runs use the
   in-place (MeZO) perturbation mode; the exact mode would add a parameter copy.
 
 Models have synthetic weights and the data is byte-level text (no GLUE, no
@@ -28,6 +30,8 @@ from .registry import experiment
 from .runner import run_and_save
 
 ZO = dict(lr=5e-3, mu=1e-3, difference="forward")
+PAPER_BATCH = 32  # SparQ Table 2 / Fig. 5: batch size 32
+PAPER_TRAIN_SAMPLES = 1000  # the MeZO protocol SparQ follows: 1000 training examples per task
 TINY = (("tiny-opt", "relu"), ("tiny-gpt2", "gelu"), ("tiny-llama", "swiglu"))
 
 
@@ -49,16 +53,22 @@ def _rank_tag(rec, rank, tag):
 
 
 def methods_runs(model: str, *, steps: int, batch_size: int, seq_len: int, perturbations: int = 5,
-                 bits: int = 4, backend: str = "gloo", split: int | None = None, lr: float = ZO["lr"]):
+                 bits: int = 4, backend: str = "gloo", split: int | None = None, lr: float = ZO["lr"],
+                 memory: str = "rss"):
     """Configs of the Table 2 comparison (FO pipeline, MeZO, SparQ) at one FFN-activation split."""
 
     cut = split if split is not None else default_boundaries(PRESETS[model].num_blocks, 2, "ffn_act")[0]
     common = dict(model=model, data="wiki-en", steps=steps, seed=0, batch_size=batch_size, seq_len=seq_len,
-                  micro_batches=1)
+                  micro_batches=1, memory=memory)
     zo = dict(ZO, lr=lr, perturbations=perturbations, mode="inplace")
     return cut, [
         ("pipeline-sgd", make_config("pipeline-sgd", world_size=2, backend=backend,
                                      params=dict(lr=0.05, cut="ffn_act"), **common)),
+        # SparQ Table 2's AQ-SGD: 4-bit activation deltas forward, 8-bit gradients backward, a
+        # buffer per training sample (here a one-batch set, so every step after the first revisits)
+        ("aq-sgd", make_config("aq-sgd", world_size=2, backend=backend,
+                               params=dict(lr=0.05, cut="ffn_act", fwd="qstoch:bits=4", bwd="qstoch:bits=8",
+                                           dataset_size=batch_size), **common)),
         ("mezo", make_config("mezo", world_size=1, backend=backend, params=zo, **common)),
         ("sparq", make_config("sparq", world_size=2, backend=backend,
                               params=dict(zo, bits=bits, split=str(cut)), **common)),
@@ -75,7 +85,10 @@ def methods_table_rows(model: str, recs: dict, steps: int) -> list[dict]:
         mem, comm = _m(rec, "peak_memory_bytes"), _m(rec, "payload_bytes_per_step")
         grow = _m(rec, "peak_memory_growth_bytes")
         tags = {t: sum(_rank_tag(rec, r["rank"], t) for r in rec.per_rank) for t in ("act", "residual")}
-        rows.append(dict(setting=f"{model}/{method}", method=method, peak_mem=mem,
+        tensor = _m(rec, "peak_tensor_bytes")
+        rows.append(dict(setting=f"{model}/{method}", method=method, peak_tensor=tensor,
+                         tensor_vs_fo=tensor / _m(fo, "peak_tensor_bytes") if tensor else None,
+                         ef_state=_m(rec, "ef_state_bytes_total"), peak_mem=mem,
                          act_step=tags["act"], res_step=tags["residual"],
                          per_node=", ".join(f"{b / 2**20:.0f}" for b in per_node), mem_vs_fo=mem / fo_mem,
                          growth=grow, growth_vs_fo=grow / fo_grow if fo_grow else None, comm_step=comm,
@@ -86,6 +99,9 @@ def methods_table_rows(model: str, recs: dict, steps: int) -> list[dict]:
 
 METHOD_COLUMNS = [
     Column("setting", "setting"), Column("method", "method"),
+    Column("peak_tensor", "peak tensor bytes per node (max)", "bytes", False),
+    Column("tensor_vs_fo", "peak tensor bytes / FO pipeline", "ratio", False, ".3f"),
+    Column("ef_state", "per-sample buffers (AQ-SGD, all ranks)", "bytes", False),
     Column("peak_mem", "peak RSS per node (max)", "bytes", False),
     Column("per_node", "per node", "MiB"),
     Column("mem_vs_fo", "memory / FO pipeline", "ratio", False, ".3f"),
@@ -103,7 +119,7 @@ METHOD_COLUMNS = [
 
 
 @experiment("sparq", "SparQ Tables 1-2 shape: bits vs sparsity and bytes (tiny ReLU/GELU/SwiGLU); "
-            "FO pipeline vs MeZO vs SparQ memory per node and bytes (tiny-opt, OPT-125M shape)")
+            "FO pipeline vs AQ-SGD vs MeZO vs SparQ peak tensor memory and bytes (tiny-opt, small-opt; batch 32, P = 5)")
 def reproduce_sparq(scale: str, out_dir: Path, quiet: bool) -> list[Table]:
     run_dir = out_dir / "sparq" / "runs"
     ref = load_reference("sparq")
@@ -153,11 +169,14 @@ def reproduce_sparq(scale: str, out_dir: Path, quiet: bool) -> list[Table]:
 
     # ---- Table 2: methods, memory per node
     tables = [t1]
-    # OPT-125M: P = 1 and 2 steps keep it to minutes on 2 cores (regenerating z for 163M
-    # parameters dominates a ZO step).
-    for model, (st, b, s, P, lr) in (("tiny-opt", (steps, batch, seq, 5, ZO["lr"])),
-                                     ("opt-125m", (2, 2, 32, 1, 1e-4))):
-        cut, runs = methods_runs(model, steps=st, batch_size=b, seq_len=s, perturbations=P, lr=lr)
+    # The paper's setting (Table 2: P = 5, forward difference, 4-bit, batch 32), scaled in model
+    # size and steps only: at the OPT-125M shape one FO step at batch 32 takes minutes on 2 loaded
+    # cores, so the claims are measured at small-opt (2 steps: bytes and peak tensor memory do not
+    # depend on the step count); tiny-opt gives the loss curves.
+    for model, (st, b, s, P, lr) in (("tiny-opt", (steps, PAPER_BATCH, seq, 5, ZO["lr"])),
+                                     ("small-opt", (2, PAPER_BATCH, seq, 5, ZO["lr"]))):
+        cut, runs = methods_runs(model, steps=st, batch_size=b, seq_len=s, perturbations=P, lr=lr,
+                                 memory="tensor")
         recs = {name: _run(cfg, quiet, run_dir, f"table2-{model}-{name}") for name, cfg in runs}
         t2 = Table(title=f"sparq Table 2 shape: {model}, M=2 (gloo ranks), split after block {cut}'s FFN "
                          f"activation, {st} steps, batch {b}x{s}, P={P}",
@@ -165,10 +184,13 @@ def reproduce_sparq(scale: str, out_dir: Path, quiet: bool) -> list[Table]:
                    caption="SparQ: 4-bit, forward difference, in-place perturbations, fp16 residual, labels "
                            "sent; FO pipeline: uncompressed fp32 activation+residual forward and their "
                            "gradients backward, SGD; MeZO: one process, nothing on the wire",
-                   notes=["peak RSS includes each process's Python/torch runtime (several hundred MiB); "
+                   notes=["peak tensor bytes: the peak of the live tensor storages of each rank over the "
+                          "measured window (deterministic; step times in this table carry the counter's cost); "
+                          "AQ-SGD's per-sample buffers are shown apart, as the paper does (its 2+11 GB)",
+                          "peak RSS includes each process's Python/torch runtime (several hundred MiB); "
                           "growth = peak minus what was resident when the measured window opened (the "
                           "parameters): FO grads + activations vs ZO's z temporary + activations"])
-        if model == "tiny-opt":  # OPT-125M takes 2 steps: no curve to speak of
+        if model == "tiny-opt":  # small-opt takes 2 steps: no curve to speak of
             t2.notes.append(note(plot_loss_curves(
                 [curve_from_record(name, rec) for name, rec in recs.items()], out_dir / "sparq-loss.png",
                 f"sparq: training loss, {model}, FO pipeline vs MeZO vs SparQ (4-bit, P={P}, gloo)")))
@@ -178,8 +200,8 @@ def reproduce_sparq(scale: str, out_dir: Path, quiet: bool) -> list[Table]:
         t2.notes.append(residual_note(recs))
         tables.append(with_reference(t2, ref, key=lambda row: "opt-125m/" + row["method"],
                                      table_name="table2"))
-        if model == "opt-125m":
-            _claims(recs, P)
+        if model == "small-opt":
+            _claims(recs, model, st, b, s, P)
     return tables
 
 
@@ -198,12 +220,40 @@ def residual_note(recs: dict) -> str:
             f"activation messages, so its residual column is 0)")
 
 
-def _claims(recs: dict, perturbations: int) -> None:
+def _claims(recs: dict, model: str, steps: int, batch: int, seq: int, perturbations: int) -> None:
+    """§5 "Achieves the Best Efficiency" (Table 2), measured in the paper's setting at ``model``."""
+    from .paper_claims import sparq_table2_summary
 
-    fo, sq = recs["pipeline-sgd"], recs["sparq"]
-    mem = _m(fo, "peak_memory_bytes") / _m(sq, "peak_memory_bytes")
-    claim("SparQ", "peak memory per node, FO pipeline / SparQ (OPT-125M shape, M = 2)", "> 3x", mem,
-          mem > 3, "max peak RSS over the 2 gloo ranks (includes each process's runtime)")
-    saved = 1 - _m(sq, "payload_bytes_per_step") / _m(fo, "payload_bytes_per_step")
-    claim("SparQ", "communication per step saved vs the FO pipeline", "> 50 %", saved, saved > 0.5,
-          f"Comm-metered payload bytes, 4-bit, P = {perturbations}")
+    paper = sparq_table2_summary()
+    fo, aq, sq = recs["pipeline-sgd"], recs["aq-sgd"], recs["sparq"]
+    where = (f"{model}, M = 2, P = {perturbations}, forward difference, 4-bit, batch {batch}x{seq}, "
+             f"{steps} steps, split after the FFN activation, gloo ranks")
+    src = "Table 2 (15 model/dataset rows, P = 5, 4-bit); OPT-125M/SST-2 in brackets"
+    scaled = "; measured at a smaller model than OPT-125M (one FO step at its shape and batch 32 takes minutes here)"
+    comm = {n: _m(r, "payload_bytes_per_step") for n, r in (("fo", fo), ("aq", aq), ("sq", sq))}
+    quote = "\"on average ... more than 50% compared to AQ-SGD and over 70% compared to FO-SGD\""
+    for base, label, thr, mean_key, row125 in (("fo", "FO-SGD", 0.70, "comm_saving_vs_fo", 1 - 0.5 / 2.8),
+                                               ("aq", "AQ-SGD", 0.50, "comm_saving_vs_aq", 1 - 0.5 / 1.1)):
+        saved = 1 - comm["sq"] / comm[base]
+        claim("SparQ", f"{quote} (vs {label})", src, f"communication saved vs {label} > {thr:.0%}",
+              f"{paper[mean_key]:.1%} mean [{row125:.1%}]", f"{saved:.1%}", saved > thr,
+              f"Comm-metered payload bytes per step (SparQ's fp16 residual and labels included), {where}{scaled}")
+    t_fo, t_aq, t_sq = (_m(r, "peak_tensor_bytes") for r in (fo, aq, sq))
+    if None in (t_fo, t_aq, t_sq):
+        claim("SparQ", "\"reduces total peak usage by about 30 ~ 70%\" (vs FO-SGD)", src, "memory saved vs FO-SGD >= 30 %",
+              "", None, None, "peak tensor bytes were not measured (run with memory='tensor' or 'pass')")
+        return
+    saved = 1 - t_sq / t_fo
+    claim("SparQ", "\"reduces total peak usage by about 30 ~ 70%\" (vs FO-SGD)", src,
+          "peak memory saved vs FO-SGD >= 30 % (the low end of the stated range)",
+          f"{paper['mem_saving_vs_fo_min']:.0%} to {paper['mem_saving_vs_fo_max']:.0%} [50 %: 2.0x]",
+          f"{saved:.1%} ({t_fo / t_sq:.2f}x)", saved >= 0.30,
+          f"peak tensor bytes, max over the 2 ranks, {where}{scaled}")
+    per_sample = _m(aq, "ef_state_bytes_total") / batch  # the buffers grow by the closed form per sample
+    aq_total = t_aq + per_sample * PAPER_TRAIN_SAMPLES
+    ratio = aq_total / t_sq
+    claim("SparQ", "\"more than 3x\" lower memory than AQ-SGD with its per-sample storage", src + "; abstract, §7",
+          "(AQ-SGD peak + per-sample storage) / SparQ peak > 3",
+          f"{paper['mem_ratio_vs_aq_min']:.1f}x least [13x]", f"{ratio:.2f}x", ratio > 3,
+          f"peak tensor bytes (max rank) + AQ-SGD's measured buffer bytes per sample x {PAPER_TRAIN_SAMPLES} "
+          f"training samples (the MeZO protocol's set), {where}{scaled}")
