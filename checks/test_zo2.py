@@ -139,3 +139,14 @@ def test_z_drawn_once_per_use(monkeypatch, model, mode):
         assert sorted(calls) == sorted(list(range(U)) * (t > 0) + list(range(U)) + emb)
     assert per_step == [U + tied, 2 * U + tied, 2 * U + tied]
     assert eng.z_generations == sum(per_step)
+
+
+def test_achievable_speedup_is_the_closed_form():
+    from algorithms.zo.phases import achievable_speedup
+
+    F, Z, k = 0.3, 0.05, 4  # one evaluation's forward, one z draw, draws per step
+    assert achievable_speedup(2 * F, k * Z, 2) == pytest.approx((2 * F + k * Z) / (F + k * Z))
+    assert achievable_speedup(1.0, 0.0, 2) == pytest.approx(2.0)  # nothing replicated: the ideal
+    assert achievable_speedup(0.0, 1.0, 4) == pytest.approx(1.0)  # nothing split: no gain
+    with pytest.raises(ValueError):
+        achievable_speedup(1.0, 0.0, 0)

@@ -27,6 +27,7 @@ import random
 import statistics
 from pathlib import Path
 
+from algorithms.zo.phases import achievable_speedup
 from harness.registry import make_config
 from harness.reporting import Column, Table, load_reference
 from harness.seeding import keyed_seed
@@ -95,15 +96,8 @@ def speedup_stats(base: list[list[float]], other: list[list[float]], draws: int 
 
 
 def achievable(forward_s: float, step_s: float, n: int) -> float:
-    """Amdahl's bound from the single-rank breakdown: ``(F2 + R) / (F2 / n + R)``, ``R = step - F2``.
-
-    Only the forward evaluations split over the ranks (PertP: one of the two
-    each; DDP and 2D: a 1/K shard of the batch each); z generation, the
-    perturbation and update arithmetic and the block transfers are replicated
-    on every rank (they follow the shared seed and the identical update, §4-§5).
-    """
-    rest = max(0.0, step_s - forward_s)
-    return step_s / (forward_s / n + rest)
+    """Amdahl's bound from the single-rank breakdown, ``R = step - F2`` (:func:`achievable_speedup`)."""
+    return achievable_speedup(forward_s, max(0.0, step_s - forward_s), n)
 
 
 def outcome(lo: float, hi: float, criterion: float, bound: float, load: float, cores: int) -> str:
