@@ -101,3 +101,52 @@ def test_flush_applies_the_last_update():
 def test_bad_budget_fails_clearly():
     with pytest.raises(ConfigError, match="budget"):
         make_config("zo2", params=dict(budget=0))
+
+
+@pytest.mark.parametrize("model, mode", [("tiny-opt", "inplace"), ("tiny-llama", "inplace"), ("tiny-gpt2", "exact")])
+def test_z_drawn_once_per_use(monkeypatch, model, mode):
+    """Counted at perturb.z_for: MeZO's Algorithm 1 draws z four times per parameter per step
+    (+eps, -2eps, +eps, update); ZO2 twice (the deferred update's z and the step's z, kept through
+    the module's passes), plus the head's second walk over a tied weight."""
+    import algorithms.zo.perturb as perturb
+
+    calls = []
+    real = perturb.z_for
+    monkeypatch.setattr(perturb, "z_for", lambda *a, **k: calls.append(a[1]) or real(*a, **k))
+    net = build_model(model, seed=1, dtype=torch.float64).eval()
+    U = len(list(net.parameters()))  # unique tensors (tied ones once)
+    tied = int(net.get_output_embeddings().weight is net.get_input_embeddings().weight)
+    p = ZO2Params(lr=1e-2, difference="central", mode=mode)
+    ids, labels = get_dataset("wiki-en").batch(0, batch_size=2, seq_len=8, seed=1)
+
+    mezo = perturb.Perturber(list(enumerate(net.parameters())), mode)
+    from algorithms.zo.estimator import walk
+    with torch.no_grad():
+        for _ in walk(mezo, [5], p.mu, p.difference):
+            net(ids)
+        perturb.zo_update(mezo, [5], [0.5], p.lr)
+    emb = [i for i, q in enumerate(net.parameters()) if q is net.get_input_embeddings().weight] * tied
+    assert len(calls) == (4 if mode == "inplace" else 3) * U  # Algorithm 1 (exact: restore copies)
+
+    eng = ZO2Engine(build_model(model, seed=1, dtype=torch.float64).eval(), device=torch.device("cpu"))
+    per_step = []
+    for t in range(3):
+        calls.clear()
+        seeds = step_seeds(1, t, 1)
+        out = eng.losses(ids, labels, seeds, p)
+        eng.defer(seeds, [float((out[0] - out[1]) / 2e-3)], p.lr)
+        per_step.append(len(calls))
+        assert sorted(calls) == sorted(list(range(U)) * (t > 0) + list(range(U)) + emb)
+    assert per_step == [U + tied, 2 * U + tied, 2 * U + tied]
+    assert eng.z_generations == sum(per_step)
+
+
+def test_achievable_speedup_is_the_closed_form():
+    from algorithms.zo.phases import achievable_speedup
+
+    F, Z, k = 0.3, 0.05, 4  # one evaluation's forward, one z draw, draws per step
+    assert achievable_speedup(2 * F, k * Z, 2) == pytest.approx((2 * F + k * Z) / (F + k * Z))
+    assert achievable_speedup(1.0, 0.0, 2) == pytest.approx(2.0)  # nothing replicated: the ideal
+    assert achievable_speedup(0.0, 1.0, 4) == pytest.approx(1.0)  # nothing split: no gain
+    with pytest.raises(ValueError):
+        achievable_speedup(1.0, 0.0, 0)

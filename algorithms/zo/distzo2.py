@@ -28,6 +28,9 @@ them drift apart by an ulp here and there, so it is not offered).
 
 from __future__ import annotations
 
+import statistics
+import time
+
 import torch
 
 from harness.registry import register
@@ -35,6 +38,7 @@ from harness.registry import register
 from .estimator import evaluations, logged_loss, scalars
 from .mezo import log_scalars
 from .perturb import step_seeds
+from .phases import PHASES
 from .throughput import model_extras
 from .zo2 import ZO2Params, build_engine
 
@@ -83,6 +87,20 @@ def combine(parts: list[torch.Tensor], *, groups: int, pair: int, n_eval: int, d
     return g, logged
 
 
+def log_phases(ctx, clock: tuple[dict[str, float], dict[str, float]], wall: float, cpu: float,
+               z_draws: int) -> None:
+    """One step's phase seconds (wall and this rank's CPU), the rest as ``other``, and its z draws."""
+    walls, cpus = clock
+    vals = {}
+    for ph in PHASES:
+        vals[f"phase_{ph}_s"] = walls[ph]
+        vals[f"phase_{ph}_cpu_s"] = cpus[ph]
+    vals["phase_other_s"] = max(0.0, wall - sum(walls.values()))
+    vals["phase_other_cpu_s"] = max(0.0, cpu - sum(cpus.values()))
+    vals["phase_step_s"], vals["phase_step_cpu_s"] = wall, cpu
+    ctx.log(**vals, z_generations=z_draws)
+
+
 def train(ctx, *, groups: int, pair: int):
     cfg, p = ctx.cfg, ctx.params
     b, s = layout(ctx.rank, pair)
@@ -90,7 +108,9 @@ def train(ctx, *, groups: int, pair: int):
     n_eval = len(evaluations(p.difference, p.perturbations))
     mine = [k for k in range(n_eval) if k % pair == s]
     ctx.tokens_per_step = cfg.batch_size * cfg.seq_len
+    eng.clock.take()  # the measured steps only
     for step in ctx.steps():
+        t0, c0, z0 = time.perf_counter(), time.thread_time(), eng.z_generations
         ids, labels = shard_batch(cfg, step, b, groups, p.same_batch, ctx.device)
         seeds = step_seeds(cfg.seed, step, p.perturbations)
         out = eng.losses(ids, labels, seeds, p, mine)
@@ -99,13 +119,19 @@ def train(ctx, *, groups: int, pair: int):
             local = torch.tensor(scalars(own, p.difference, p.mu), dtype=torch.float32)
         else:  # PertP / 2D: this rank's losses, in the model dtype (bit-exact g on every rank)
             local = torch.stack([out[k] for k in mine]).cpu()
-        parts = ctx.comm.all_gather(local, tag="zo2.scalar") if ctx.world_size > 1 else [local]
-        g, logged = combine(parts, groups=groups, pair=pair, n_eval=n_eval, difference=p.difference, mu=p.mu)
+        with eng.clock("comm"):
+            parts = ctx.comm.all_gather(local, tag="zo2.scalar") if ctx.world_size > 1 else [local]
+            g, logged = combine(parts, groups=groups, pair=pair, n_eval=n_eval, difference=p.difference, mu=p.mu)
         eng.defer(seeds, g, p.lr)
         # DDP ranks log their own shard's loss (the record averages ranks); pairs the group mean
         ctx.log(loss=sum(logged) / len(logged) if logged else logged_loss(own, p.difference))
         log_scalars(ctx, g)
+        log_phases(ctx, eng.clock.take(), time.perf_counter() - t0, time.thread_time() - c0,
+                   eng.z_generations - z0)
     steps = max(1, cfg.steps)
+    for key in [k for k in ctx.history if k.startswith("phase_") or k == "z_generations"]:
+        v = ctx.history[key]  # per-step median of this rank (the record keeps the max over ranks)
+        ctx.extra[key] = (statistics.median(v), "draws" if key == "z_generations" else "s")
     off = eng.off
     for link in off.bytes:  # the measured steps only: the flush pass comes after
         ctx.extra[f"{link}_bytes_per_step"] = (off.bytes[link] / steps, "bytes")

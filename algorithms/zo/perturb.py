@@ -20,6 +20,13 @@ t, i)``: every node computes them locally, so no seed is ever sent.
 * ``inplace``: the classic MeZO sequence (+mu, restore -mu; or +mu, -2mu,
   restore +mu), which is cheap but does not restore bit-exactly.  With
   ``track_drift`` it also stashes, only to measure the drift it leaves.
+
+``keep_z`` keeps the z of the current perturbation between the shift and
+the restore, so the +mu, -2mu and restore passes reuse one draw instead of
+drawing it again each time (ZO2 keeps one module on the device at a time, so
+that is at most one module's z).  Each element still sees the same additions
+with the same tensors in the same order, so the bits are unchanged.
+``z_generations`` counts the draws (one per parameter tensor).
 """
 
 from __future__ import annotations
@@ -56,11 +63,27 @@ def z_for(seed: int, index: int, shape: Sequence[int], dtype: torch.dtype = torc
     return z.to(device=device, dtype=dtype)
 
 
+class _NoClock:
+    """The default clock: times nothing (a :class:`~.phases.PhaseClock` has the same call)."""
+
+    def __call__(self, phase: str) -> _NoClock:
+        return self
+
+    def __enter__(self) -> None:
+        pass
+
+    def __exit__(self, *exc) -> None:
+        pass
+
+
+NO_CLOCK = _NoClock()
+
+
 class Perturber:
     """Perturb, restore and update ``(global_index, parameter)`` pairs in place."""
 
     def __init__(self, params: Sequence[tuple[int, Tensor]], mode: str = "exact",
-                 track_drift: bool = False):
+                 track_drift: bool = False, keep_z: bool = False, clock=NO_CLOCK):
         if mode not in MODES:
             raise ValueError(f"perturbation mode must be one of {', '.join(MODES)}, got {mode!r}")
         self.params = [(int(i), p) for i, p in params]
@@ -72,11 +95,24 @@ class Perturber:
         self.drift_max = 0.0  # max |restored - original| seen so far (inplace + track_drift)
         self.drift_changed = 0  # elements not restored bit-exactly, summed over restores
         self.restored_elements = 0
+        self.keep_z = keep_z
+        self.clock = clock  # phases.PhaseClock: zgen / perturb / update seconds
+        self.z_generations = 0
+        self._z: list[Tensor] | None = None  # keep_z: the current perturbation's draws
+
+    def _draw(self, seed: int, idx: int, p: Tensor) -> Tensor:
+        with self.clock("zgen"):
+            self.z_generations += 1
+            return z_for(seed, idx, p.shape, p.dtype, p.device)
 
     @torch.no_grad()
-    def _add(self, seed: int, scale: float) -> None:
-        for idx, p in self.params:
-            p.add_(z_for(seed, idx, p.shape, p.dtype, p.device), alpha=scale)
+    def _add(self, seed: int, scale: float, phase: str = "perturb") -> None:
+        if self.keep_z and phase == "perturb" and self._z is None:
+            self._z = [self._draw(seed, idx, p) for idx, p in self.params]
+        for k, (idx, p) in enumerate(self.params):
+            z = self._z[k] if self._z is not None else self._draw(seed, idx, p)
+            with self.clock(phase):
+                p.add_(z, alpha=scale)
 
     @torch.no_grad()
     def shift(self, seed: int, scale: float) -> None:
@@ -84,7 +120,8 @@ class Perturber:
         if self._seed is None:
             self._seed = seed
             if self.mode == "exact" or self.track_drift:
-                self._stash = [p.detach().clone() for _, p in self.params]
+                with self.clock("perturb"):
+                    self._stash = [p.detach().clone() for _, p in self.params]
         elif seed != self._seed:
             raise RuntimeError("restore() the previous perturbation before shifting along another seed")
         self._add(seed, scale)
@@ -96,8 +133,9 @@ class Perturber:
         if self._seed is None:
             return
         if self.mode == "exact":
-            for (_, p), s in zip(self.params, self._stash, strict=True):
-                p.copy_(s)
+            with self.clock("perturb"):
+                for (_, p), s in zip(self.params, self._stash, strict=True):
+                    p.copy_(s)
         else:
             self._add(self._seed, -self._applied)  # -mu after +mu; +mu after +mu, -2mu
             if self._stash is not None:
@@ -107,14 +145,14 @@ class Perturber:
                         self.drift_max = max(self.drift_max, float(d.max()))
                     self.drift_changed += int(torch.count_nonzero(d))
                     self.restored_elements += d.numel()
-        self._stash, self._seed, self._applied = None, None, 0.0
+        self._stash, self._seed, self._applied, self._z = None, None, 0.0, None
 
     @torch.no_grad()
     def update(self, seed: int, coeff: float) -> None:
         """ZO-SGD update along one direction: ``x <- x - coeff z(seed)``."""
         if self._seed is not None:
             raise RuntimeError("update() while a perturbation is applied; restore() first")
-        self._add(seed, -coeff)
+        self._add(seed, -coeff, "update")
 
 
 def zo_update(perturber: Perturber, seeds: Sequence[int], scalars: Sequence[float], lr: float) -> None:

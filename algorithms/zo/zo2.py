@@ -18,6 +18,13 @@ before returning parameters, so no result is ever taken with a pending update.
 The blocks follow the three-stage schedule of :meth:`ZO2Engine.run_blocks`
 (upload i+1 / compute i / offload i-1, see :mod:`.offload`).
 
+Each module's z is drawn once per use: once for the deferred update (seed of
+step t) and once for the step's perturbation (seed of t+1), kept on the
+device through the +mu / -2mu / restore passes of that module (Perturber
+``keep_z``) — two draws per parameter per step where MeZO's four passes
+(Algorithm 1: +eps, -2eps, +eps, update) draw four.  :attr:`ZO2Engine.clock`
+times the phases of each step (:mod:`.phases`).
+
 ``evals`` restricts which evaluation points this process computes a loss for
 (DistZO2 PertP: the + rank the +mu points, the - rank the -mu points); the
 parameters still walk every point, so all ranks hold the same bits.
@@ -38,6 +45,7 @@ from harness.models import build_model, lm_loss, split_model
 from .estimator import ZOParams, evaluations, walk
 from .offload import BlockOffloader, ScheduleLog
 from .perturb import Perturber, zo_update
+from .phases import PhaseClock
 
 
 @dataclass(frozen=True)
@@ -71,11 +79,16 @@ class ZO2Engine:
         # embedding) but perturbed in both walks, so the head sees it at the same point.
         for p in embed + head:
             p.data = p.data.to(device)
-        self.embed_pert = Perturber([(index[id(p)], p) for p in embed], mode)
-        self.head_pert = Perturber([(index[id(p)], p) for p in head], mode)
-        self.head_update = Perturber([(index[id(p)], p) for p in head if id(p) not in seen], mode)
+        self.clock = PhaseClock()
+
+        def pert(ps):
+            return Perturber([(index[id(p)], p) for p in ps], mode, keep_z=True, clock=self.clock)
+
+        self.embed_pert = pert(embed)
+        self.head_pert = pert(head)
+        self.head_update = pert([p for p in head if id(p) not in seen])
         blocks = [list(layer.parameters()) for layer in self.layers]
-        self.block_perts = [Perturber([(index[id(p)], p) for p in b], mode) for b in blocks]
+        self.block_perts = [pert(b) for b in blocks]
         self.off = BlockOffloader(blocks, device=device, budget=budget, comm=comm, sliced=sliced, log=log)
         self.device = torch.device(device)
         self.pending: tuple[list[int], list[float], float] | None = None  # (seeds, g, lr)
@@ -84,6 +97,12 @@ class ZO2Engine:
     @property
     def log(self) -> ScheduleLog:
         return self.off.log
+
+    @property
+    def z_generations(self) -> int:
+        """z draws so far (one per parameter tensor per draw), over every perturber."""
+        perts = [self.embed_pert, self.head_pert, self.head_update, *self.block_perts]
+        return sum(p.z_generations for p in perts)
 
     # -- schedule ----------------------------------------------------------------------
     def run_blocks(self, compute: Callable[[int], None]) -> None:
@@ -94,22 +113,26 @@ class ZO2Engine:
         previous block leaves first; with 1 there is no prefetch.
         """
         off, N, B = self.off, len(self.layers), self.off.budget
+        clock = self.clock
         for i in range(N):
-            if i > 0 and B < 3:
-                off.offload(i - 1)
-            if i not in off.where:
-                off.upload(i)
-            if i + 1 < N and len(off.where) < B:
-                off.upload(i + 1)
-            off.before_compute(i)
+            with clock("offload"):
+                if i > 0 and B < 3:
+                    off.offload(i - 1)
+                if i not in off.where:
+                    off.upload(i)
+                if i + 1 < N and len(off.where) < B:
+                    off.upload(i + 1)
+                off.before_compute(i)
             t0 = time.perf_counter()
             compute(i)
             self.compute_s += time.perf_counter() - t0
             off.computed(i)
             if i > 0 and B >= 3:
-                off.offload(i - 1)
+                with clock("offload"):
+                    off.offload(i - 1)
         if N:
-            off.offload(N - 1)
+            with clock("offload"):
+                off.offload(N - 1)
         off.log.pass_id += 1
 
     def _apply_pending(self, pert: Perturber) -> None:
@@ -124,26 +147,30 @@ class ZO2Engine:
         """Loss at each evaluation point in ``evals`` (default: all), applying the pending update."""
         n_eval = len(evaluations(p.difference, len(seeds)))
         mine = set(range(n_eval) if evals is None else evals)
-        fam, st = self.fam, self.stage
+        fam, st, fwd = self.fam, self.stage, self.clock("forward")
         hs: dict[int, Tensor] = {}
         self._apply_pending(self.embed_pert)
         for k, _ in enumerate(walk(self.embed_pert, seeds, p.mu, p.difference)):
             if k in mine:
-                hs[k] = fam.embed(st, ids)
-        ctx = fam.context(st, next(iter(hs.values()))) if hs else {}
+                with fwd:
+                    hs[k] = fam.embed(st, ids)
+        with fwd:
+            ctx = fam.context(st, next(iter(hs.values()))) if hs else {}
 
         def compute(i: int) -> None:
             self._apply_pending(self.block_perts[i])
             for k, _ in enumerate(walk(self.block_perts[i], seeds, p.mu, p.difference)):
                 if k in mine:
-                    hs[k] = fam.block(self.layers[i], hs[k], ctx)
+                    with fwd:
+                        hs[k] = fam.block(self.layers[i], hs[k], ctx)
 
         self.run_blocks(compute)
         self._apply_pending(self.head_update)
         out = {}
         for k, _ in enumerate(walk(self.head_pert, seeds, p.mu, p.difference)):
             if k in mine:
-                out[k] = lm_loss(fam.head(st, hs[k]), labels)
+                with fwd:
+                    out[k] = lm_loss(fam.head(st, hs[k]), labels)
         self.pending = None
         return out
 
