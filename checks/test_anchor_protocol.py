@@ -201,4 +201,6 @@ def test_token_ids_cross_the_sparq_label_link_exactly(seed, vocab):
     sent, got = run_threads(2, body)
     assert got.dtype == torch.int64 and torch.equal(got, labels)
     width = 1 if vocab <= 256 else 2 if vocab <= 65536 else 4  # narrowest unsigned width
-    assert sent == 14 + 4 * labels.dim() + labels.numel() * width
+    # the shared codec header (magic 2, version, family, dtype, ndim, 4 per dim, body CRC 4,
+    # header CRC 4) + the ids codec's parameter (vocab - 1, 4 bytes) + the ids
+    assert sent == 18 + 4 * labels.dim() + labels.numel() * width
