@@ -92,7 +92,7 @@ def test_cli_rejects_a_bad_max_run_time(capsys):
 
     assert main(["run", "pipeline-sgd", "--world-size", "2", "--max-run-time", "0"]) == 2
     err = capsys.readouterr().err
-    assert err.count("\n") == 1 and "max_run_time_s" in err
+    assert err.count("\n") == 1 and "max-run-time" in err
 
 
 # ---- stop signals ------------------------------------------------------------------

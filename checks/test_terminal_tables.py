@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import importlib
 import io
-from collections import defaultdict
 
 import pytest
 from rich.cells import cell_len
@@ -46,12 +45,27 @@ class _Metrics(dict):
         return self[key]
 
 
+class _History(dict):
+    """Every per-step series an experiment reads (``[]`` and ``.get`` alike), long values."""
+
+    def __init__(self, steps: int):
+        super().__init__()
+        self.steps = steps
+
+    def __missing__(self, key):
+        self[key] = [5.4321098765 - 1e-3 * i for i in range(self.steps)]
+        return self[key]
+
+    def get(self, key, default=None):
+        return self[key]
+
+
 class _Record:
     def __init__(self, cfg):
         self.config, self.algorithm, self.world_size = cfg.to_dict(), cfg.algorithm, cfg.world_size
         self.steps, self.model, self.backend, self.env = cfg.steps, cfg.model, cfg.backend, {}
         self.metrics = _Metrics()
-        self.history = defaultdict(lambda: [5.4321098765 - 1e-3 * i for i in range(cfg.steps)])
+        self.history = _History(cfg.steps)
         self.per_rank = [{"rank": r, "metrics": _Metrics()} for r in range(cfg.world_size)]
 
 
