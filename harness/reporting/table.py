@@ -287,6 +287,9 @@ def records_to_table(
     group (repeats, seeds) are averaged for numbers; a string metric shows its
     value when all agree and ``"<k> distinct"`` otherwise; a ``runs`` column
     appears. ``group_by`` keys are record fields or ``config.`` paths.
+    When every record kept its per-step times (``history["step_time_s"]``), step
+    time and token throughput are shown as median [IQR] over the steps (a row's
+    runs pooled) instead of a mean of medians.
     """
     records = list(records)
     if not records:
