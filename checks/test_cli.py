@@ -193,6 +193,16 @@ BAD_INPUTS = [  # (issue 15's list first) args, needle
     (["run", "fo-sgd", "--model", "tiny-op"], "did you mean 'tiny-opt'"),
     (["run", "fo-sgd", "--data", "synthetic-markow"], "did you mean 'synthetic-markov'"),
     (["reproduce", "clappin"], "did you mean 'clapping'"),
+    # the micro-batch split is the rule of the families that split a batch, naming the value given
+    (["run", "pipeline-sgd", "--world-size", "2", "--set", "batch_size=9"],
+     "pipeline-sgd: batch_size 9 is not divisible by micro_batches 2"),
+    (["run", "protocol-central", "--set", "batch_size=6", "--set", "micro_batches=4"],
+     "batch_size 6 is not divisible by micro_batches 4"),
+    # the largest frame, a run option
+    (["run", "fo-sgd", "--max-frame-bytes", "5"], "max_frame_bytes must be an integer number of bytes in 1024.."),
+    (["run", "fo-sgd", "--max-frame-bytes", "2000000000000"], "got 2000000000000"),
+    (["run", "fo-sgd", "--max-frame-bytes", "1e6"], "invalid int value: '1e6'"),
+    (["run", "fo-sgd", "--set", "max_frame_bytes=1.5"], "max_frame_bytes=1.5: expected int"),
     (["describe", "spraq"], "did you mean 'sparq'"),
 ]
 
@@ -246,10 +256,19 @@ def test_set_is_applied_before_validation():
     assert (cfg.world_size, cfg.params.cut) == (5, "ffn_act")
     cfg = _build("distzo2-ddp", "--world-size", "3", "--set", "batch_size=9", "--set", "micro_batches=3")
     assert (cfg.world_size, cfg.batch_size) == (3, 9)
+    # ZO splits no batch into micro-batches: an odd batch is accepted with the default micro_batches
+    cfg = _build("distzo2-ddp", "--world-size", "3", "--set", "batch_size=9")
+    assert (cfg.batch_size, cfg.micro_batches) == (9, 2)
     from harness.config import ConfigError
 
     with pytest.raises(ConfigError, match="batch_size 9 "):  # the value given, not the default 8
-        _build("distzo2-ddp", "--world-size", "3", "--set", "batch_size=9")
+        _build("pipeline-sgd", "--world-size", "3", "--set", "batch_size=9")
+
+
+def test_max_frame_bytes_reaches_the_config_from_the_option_and_from_set():
+    assert _build("fo-sgd").max_frame_bytes == 1 << 30
+    assert _build("fo-sgd", "--max-frame-bytes", "4096").max_frame_bytes == 4096
+    assert _build("fo-sgd", "--set", "max_frame_bytes=2048").max_frame_bytes == 2048
 
 
 def test_default_world_size_is_the_smallest_valid_and_torchrun_s(monkeypatch):

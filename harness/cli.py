@@ -162,7 +162,7 @@ def build_config(args):
     base = dict(model=args.model, data=args.data, world_size=world, backend=args.backend,
                 steps=args.steps, seed=args.seed, net=args.net, bandwidth=args.bandwidth,
                 latency_ms=args.latency_ms, timeout_s=args.timeout, metered=not args.no_meter,
-                max_run_time_s=args.max_run_time)
+                max_run_time_s=args.max_run_time, max_frame_bytes=args.max_frame_bytes)
     base = {k: v for k, v in base.items() if v is not None}
     if args.net == "netns" and args.backend is None:
         base["backend"] = "gloo"  # namespaces hold processes; threads cannot be split across them
@@ -381,6 +381,9 @@ def make_parser() -> argparse.ArgumentParser:
                    help=f"seconds any communication may wait (default: {d['timeout_s']:g})")
     r.add_argument("--max-run-time", type=_finite("seconds", 0, strict=True), metavar="SECONDS",
                    help="stop the run after this many seconds (default: no limit)")
+    r.add_argument("--max-frame-bytes", type=int, metavar="BYTES",
+                   help="largest message a rank sends or accepts; a larger one ends the run with an "
+                        f"error naming it (default: {d['max_frame_bytes']})")
     r.add_argument("--no-meter", action="store_true", help="disable byte metering (overhead baseline)")
     r.add_argument("--quiet", action="store_true", help="no progress bar and no table, only the result path")
     r.set_defaults(fn=cmd_run)

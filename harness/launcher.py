@@ -24,7 +24,6 @@ import contextlib
 import dataclasses
 import json
 import os
-import pickle
 import shutil
 import signal
 import socket
@@ -114,6 +113,7 @@ def _run_once(cfg: RunConfig, progress: ProgressFn | None):
 
         outputs = run_threads(cfg.world_size, body, timeout_s=cfg.timeout_s,
                               latency_ms=cfg.latency_ms, metered=cfg.metered,
+                              max_frame_bytes=cfg.max_frame_bytes,
                               max_run_time_s=cfg.max_run_time_s, bandwidth_bps=cfg.paced_bps)
         return build_record(cfg, outputs)
     return _run_processes(cfg, progress)
@@ -231,7 +231,9 @@ def _run_processes(cfg: RunConfig, progress: ProgressFn | None):
             run_dir = make_run_dir()
             watchdog = start_watchdog(run_dir)
         try:
-            (run_dir / "config.pkl").write_bytes(pickle.dumps(cfg))  # the launcher's own, read by its ranks
+            # the launcher's own file in its 0700 run directory, read back by its ranks
+            # as validated JSON (registry.config_from_dict): data, never a pickle
+            (run_dir / "config.json").write_text(json.dumps(cfg.to_dict(), allow_nan=False))
             ProgressBoard.create_file(run_dir / "board", cfg.world_size)
             if topo is not None:
                 topo.__enter__()

@@ -32,7 +32,7 @@ from algorithms.codecs import make_codec
 from algorithms.codecs.channel import Channel
 from algorithms.codecs.ids import id_nbytes
 from algorithms.pipeline.engine import Arrival, Boundary, LinkCodecs, StageLinks, run_step
-from algorithms.pipeline.local import batch, train_local
+from algorithms.pipeline.local import batch, micro_batch_problem, train_local
 from harness.config import RunConfig
 from harness.models import PRESETS, build_model, build_stage, family_spec, max_stages
 from harness.registry import register
@@ -90,7 +90,7 @@ class CentralParams(ProtocolParams):
 
 # --------------------------------------------------------------------------- set-up
 def _check(cfg: RunConfig) -> str | None:
-    msg = residual_problem(cfg.model)
+    msg = micro_batch_problem(cfg) or residual_problem(cfg.model)
     if msg:
         return msg
     pr, p = PRESETS[cfg.model], cfg.params
