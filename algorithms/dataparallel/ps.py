@@ -376,8 +376,11 @@ def simulate_epoch(master: Master, workers: list[Worker], s: int) -> None:
 
 
 def simulate(prob: Problem, setup: Setup, epochs: int, dtype: torch.dtype = torch.float64,
-             stop_below: float | None = None) -> Master:
-    """The deterministic simulator: the whole parameter server in this process."""
+             stop_below: float | None = None, stop_above: float | None = None) -> Master:
+    """The deterministic simulator: the whole parameter server in this process.
+
+    It stops at the end of the first epoch whose evaluations include a loss below ``stop_below``
+    (the threshold reached) or one above ``stop_above`` or not finite (the run diverged)."""
     master = Master(prob, setup, dtype)
     workers = [Worker(prob, setup, w) for w in range(setup.workers)]
     threads = torch.get_num_threads()
@@ -386,6 +389,8 @@ def simulate(prob: Problem, setup: Setup, epochs: int, dtype: torch.dtype = torc
         for s in range(epochs):
             simulate_epoch(master, workers, s)
             if stop_below is not None and master.stats.bits_to(stop_below) is not None:
+                break
+            if stop_above is not None and any(not loss <= stop_above for *_, loss in master.stats.trace):
                 break
     finally:
         torch.set_num_threads(threads)
