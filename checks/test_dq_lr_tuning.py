@@ -173,7 +173,7 @@ def test_the_cuts_do_not_change_the_choice(prob, seed):
     full = dq.tune(prob, cfg, "asylpg", p0, cut=False)
     assert (cut[0].lr, cut[0].updates, cut[0].bits_total) == (full[0].lr, full[0].updates, full[0].bits_total)
     # the cut ran: no run went further than in full, and together they ran fewer updates
-    assert all(c.run_updates <= f.run_updates for c, f in zip(cut[3], full[3]))
+    assert all(c.run_updates <= f.run_updates for c, f in zip(cut[3], full[3], strict=True))
     assert sum(c.run_updates for c in cut[3]) < sum(f.run_updates for f in full[3])
 
 
