@@ -332,10 +332,44 @@ def test_describe_shows_the_live_parameters(capsys):
     assert "perturbation scale" in out and ">= 2 (default 2" in out and spec.paper in out
 
 
-def test_the_catalog_matches_the_registry():
-    from harness.catalog import build_catalog, load
+def test_the_catalog_matches_the_registries():
+    from harness import catalog
+    from harness.experiments.catalog import build_experiments
 
-    assert load() == build_catalog(), "regenerate with: python -m harness.catalog"
+    again = "regenerate with: python -m harness.experiments.catalog"
+    assert catalog.load() == catalog.build_catalog(), again
+    assert catalog.load_models() == catalog.build_models(), again
+    assert catalog.load_data() == catalog.build_data(), again
+    assert catalog.load_experiments() == build_experiments(), again
+
+
+def _rows(out: str, title: str) -> dict[str, list[str]]:
+    """The rows of the terminal table called ``title``: first cell -> cells."""
+    lines = out.splitlines()
+    start = next(i for i, ln in enumerate(lines) if ln.strip() == title)
+    end = next(i for i in range(start, len(lines)) if lines[i].startswith("└"))
+    rows = [[c.strip() for c in ln.strip("│").split("│")] for ln in lines[start:end] if ln.startswith("│ ")]
+    return {r[0]: r for r in rows if r[0]}  # a wrapped cell continues on a row without a name
+
+
+def test_list_shows_the_live_models_data_and_experiments(capsys):
+    # `list` reads the catalog; what it prints must be what the live registries hold
+    from harness.data import DATASETS, get_dataset
+    from harness.experiments import all_experiments
+    from harness.models import PRESETS
+    from harness.registry import load_all
+
+    load_all()  # the families' own data sets are listed too
+    assert main(["list"]) == 0
+    out = capsys.readouterr().out
+    models = _rows(out, "models")
+    assert models == {name: [name, p.family, str(p.num_blocks), str(p.d_model), str(p.ffn_dim),
+                             p.activation, str(p.vocab_size)] for name, p in PRESETS.items()}
+    assert len(DATASETS) >= 5  # wiki-en, two synthetic, the scikit-learn tables
+    data = _rows(out, "data")
+    assert data == {name: [name, get_dataset(name).kind, get_dataset(name).source] for name in DATASETS}
+    experiments = {name: row[:2] for name, row in _rows(out, "experiments (commbench reproduce NAME)").items()}
+    assert experiments == {e.name: [e.name, "yes" if e.paper else "by name"] for e in all_experiments()}
 
 
 def test_cli_backends_match_the_comm_layer():
@@ -359,7 +393,8 @@ def test_every_run_option_has_help():
             assert action.help, f"commbench {name} {action.dest} has no help"
 
 
-@pytest.mark.parametrize("argv", [["--help"], ["describe", "sparq"], ["list", "algorithms"], ["run", "--help"]])
+@pytest.mark.parametrize("argv", [["--help"], ["describe", "sparq"], ["list"], ["list", "algorithms"],
+                                  ["run", "--help"]])
 def test_help_list_and_describe_do_not_import_torch(argv):
     code = "\n".join(["import sys", "from harness.cli import main", "try:", f"    rc = main({argv!r})",
                       "except SystemExit as e:", "    rc = e.code", "print('RC', rc)",

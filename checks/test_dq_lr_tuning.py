@@ -17,6 +17,7 @@ from algorithms.dataparallel import ps
 from algorithms.dataparallel.problems import make_problem
 from harness.experiments import double_quant as dq
 from harness.experiments.claims import _CLAIMS, NOT_SUPPORTED
+from harness.stats import median_iqr
 
 
 def T(lr, updates, bits, last=0.1, diverged=False, run=1000):
@@ -122,7 +123,7 @@ def test_table_rows_carry_the_chosen_lr_and_claims_count_never_as_not_supported(
         calls.append((variant, over["lr"], over["max_epochs"]))
         crossing = plan * M if isinstance(plan, int) else None
         return fake_master(crossing, plan == "div", over["max_epochs"], cfg_["threshold"],
-                           over.get("stop_above")), cfg_["threshold"], 0.1
+                           over.get("stop_above")), cfg_["threshold"], median_iqr([0.1])
 
     monkeypatch.setattr(dq, "run_one", run_one)
     prob = SimpleNamespace(init=lambda seed, dtype: None, objective=lambda x: 2.5)

@@ -86,12 +86,17 @@ def rank_program(cfg: RunConfig, comm, progress: ProgressFn | None = None) -> Ra
 # ---------------------------------------------------------------------------
 def run(cfg: RunConfig, *, progress: ProgressFn | None = None):
     """Run ``cfg`` and return its ResultRecord (not written anywhere)."""
+    from .results.environment import load_average
+
     validate(cfg)
+    load_before = load_average()  # the load the run's times were taken under, before and after
     record = _run_once(cfg, progress)
+    load_after = load_average()
     if cfg.memory == "pass" and cfg.backend != "nccl":
         from .results.from_ranks import merge_memory_pass
 
         merge_memory_pass(record, _run_once(dataclasses.replace(cfg, memory="tensor"), None))
+    record.env["load_before"], record.env["load_after"] = load_before, load_after
     return record
 
 
