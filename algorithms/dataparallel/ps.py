@@ -377,9 +377,14 @@ def simulate_epoch(master: Master, workers: list[Worker], s: int) -> None:
 
 
 def simulate(prob: Problem, setup: Setup, epochs: int, dtype: torch.dtype = torch.float64,
-             stop_below: float | None = None, epoch_times: list[float] | None = None) -> Master:
-    """The deterministic simulator: the whole parameter server in this process.  ``epoch_times``,
-    when given, receives each epoch's wall seconds (a time is shown with its spread)."""
+             stop_below: float | None = None, stop_above: float | None = None,
+             epoch_times: list[float] | None = None) -> Master:
+    """The deterministic simulator: the whole parameter server in this process.
+
+    It stops at the end of the first epoch whose evaluations include a loss below ``stop_below``
+    (the threshold reached) or one above ``stop_above`` or not finite (the run diverged).
+    ``epoch_times``, when given, receives each epoch's wall seconds (a time is shown with its
+    spread)."""
     master = Master(prob, setup, dtype)
     workers = [Worker(prob, setup, w) for w in range(setup.workers)]
     threads = torch.get_num_threads()
@@ -391,6 +396,8 @@ def simulate(prob: Problem, setup: Setup, epochs: int, dtype: torch.dtype = torc
             if epoch_times is not None:
                 epoch_times.append(time.perf_counter() - t0)
             if stop_below is not None and master.stats.bits_to(stop_below) is not None:
+                break
+            if stop_above is not None and any(not loss <= stop_above for *_, loss in master.stats.trace):
                 break
     finally:
         torch.set_num_threads(threads)
