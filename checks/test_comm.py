@@ -4,6 +4,7 @@ sent, collectives are bit-identical on every backend, and nothing hangs."""
 from __future__ import annotations
 
 import functools
+import threading
 import time
 
 import pytest
@@ -107,6 +108,25 @@ def test_a_raising_rank_releases_its_peers():
     with pytest.raises(RankFailed, match=r"rank 2 failed: ValueError: boom"):
         run_threads(3, prog, timeout_s=60)
     assert time.monotonic() - t0 < 10  # released at once, not after the timeout
+
+
+def test_a_rank_whose_comm_cannot_be_built_fails_the_run():
+    # A Comm that cannot be built (here a bad option; in mutation testing, a
+    # ByteMeter that raises, checks/MUTATION.md) is that rank's failure, reported
+    # like any other, not a run left waiting for a rank that never ended.
+    box = {}
+
+    def call():
+        try:
+            run_threads(2, lambda comm: None, latency_ms=-1.0)
+        except RankFailed as e:
+            box["err"] = e
+
+    t = threading.Thread(target=call, daemon=True)
+    t.start()
+    t.join(timeout=120)  # a hang guard, not a speed bound: failing takes milliseconds
+    assert not t.is_alive(), "run_threads hung on a rank whose Comm could not be built"
+    assert "latency_ms must be >= 0" in str(box["err"])
 
 
 # --------------------------------------------------------------------------- collectives
