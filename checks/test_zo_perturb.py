@@ -114,9 +114,10 @@ def test_seed_schedule_is_shared_and_distinct():
 def test_shifting_along_another_seed_without_restore_fails():
     pert = Perturber(_params(), "exact")
     pert.shift(1, 1e-3)
-    with pytest.raises(RuntimeError, match="restore"):
+    # the whole sentence: the message is the user's only hint at the fix
+    with pytest.raises(RuntimeError, match=r"^restore\(\) the previous perturbation before shifting along another seed$"):
         pert.shift(2, 1e-3)
-    with pytest.raises(RuntimeError, match="restore"):
+    with pytest.raises(RuntimeError, match=r"^update\(\) while a perturbation is applied; restore\(\) first$"):
         pert.update(1, 0.1)
     with pytest.raises(ValueError, match="mode"):
         Perturber(_params(), "sloppy")
