@@ -29,7 +29,7 @@ import torch.nn.functional as F
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from algorithms.zo.estimator import logged_loss, scalars, walk
+from algorithms.zo.estimator import evaluations, logged_loss, scalars, walk
 from algorithms.zo.perturb import Perturber, step_seeds, z_for, zo_update
 from harness.data import get_dataset
 from harness.models import build_model
@@ -210,3 +210,25 @@ def test_logged_loss_is_f_x_or_the_mean_of_the_perturbed_losses(seed, P_dirs, n,
         pts = [f(x0 + sign * mu * z) for z in zs for sign in (1, -1)]
         expected = sum(pts) / len(pts)
     assert logged_loss(losses, difference) == pytest.approx(expected, rel=1e-12, abs=1e-12)
+
+
+@settings(max_examples=10, deadline=None)
+@given(seed=st.integers(0, 2**31 - 1), P_dirs=st.integers(1, 4), n=st.integers(1, 6))
+@pytest.mark.parametrize("difference", ["forward", "central"])
+def test_walk_visits_the_points_evaluations_names_in_its_order(seed, P_dirs, n, difference):
+    # ZO2 and DistZO2 index the evaluations of a step by evaluations() and run
+    # them with walk(): both must name the same (direction, sign) sequence, and
+    # at each yield the parameters sit at x + sign mu z_i (SparQ Eq. 3 / Eq. 7),
+    # z_i from z_for; x comes back bit-exactly after the walk (exact mode).
+    mu = 1e-2
+    g = torch.Generator().manual_seed(seed)
+    x = torch.randn(n, generator=g, dtype=F64)
+    x0 = x.clone()
+    seeds = step_seeds(seed, 0, P_dirs)
+    visited = []
+    for i, sign in walk(Perturber([(0, x)]), seeds, mu, difference):
+        at = x0 if i is None else x0 + sign * mu * z_for(seeds[i], 0, (n,), F64)
+        torch.testing.assert_close(x, at, rtol=0, atol=1e-12, msg=f"evaluation {(i, sign)}")
+        visited.append((i, sign))
+    assert visited == evaluations(difference, P_dirs)
+    assert torch.equal(x, x0)

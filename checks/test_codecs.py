@@ -34,9 +34,11 @@ from algorithms.codecs import (
     qstoch_law,
     qstoch_paper_mse,
     qstoch_round_probs,
+    resolve_signed,
     unpack_bits,
 )
 from algorithms.codecs._rng import random_words
+from algorithms.codecs.quant import channels_of
 
 seeds = st.integers(0, 2**32 - 1)
 ALPHA = 1e-9  # per-assertion false-alarm rate for Monte Carlo checks
@@ -987,3 +989,25 @@ def test_body_byte_flips_never_crash(i, data, flip):
     except CodecError:
         return
     assert y.shape == ref.shape and y.dtype == ref.dtype
+
+
+@given(seed=st.integers(0, 2**31 - 1), n=st.integers(0, 20), negative=st.booleans())
+def test_auto_grid_is_signed_iff_an_entry_is_negative(seed, n, negative):
+    # signed=None picks the grid from the data (resolve_signed's contract):
+    # signed iff some entry is < 0; zeros and -0.0 are not negative, an empty
+    # tensor is unsigned; an explicit choice is kept as given.
+    g = torch.Generator().manual_seed(seed)
+    x = torch.rand(n, generator=g)  # in [0, 1)
+    if n:
+        x[torch.randint(0, n, (1,), generator=g)] = -0.0
+    if negative and n:
+        x[torch.randint(0, n, (1,), generator=g)] = -1e-3 - float(torch.rand(1, generator=g))
+    assert resolve_signed(x, None) is (negative and n > 0)
+    assert resolve_signed(x, True) is True and resolve_signed(x, False) is False
+
+
+def test_channel_count_is_the_last_dimension_of_a_2d_or_larger_tensor():
+    # One scale per channel (the last dimension); 0-/1-D tensors and tensor
+    # granularity have one scale in all (channels_of's contract).
+    assert [channels_of(s, False) for s in [(), (7,), (3, 5), (2, 3, 4)]] == [1, 1, 5, 4]
+    assert [channels_of(s, True) for s in [(), (7,), (3, 5), (2, 3, 4)]] == [1, 1, 1, 1]

@@ -4,6 +4,7 @@ sent, collectives are bit-identical on every backend, and nothing hangs."""
 from __future__ import annotations
 
 import functools
+import threading
 import time
 
 import pytest
@@ -45,6 +46,42 @@ def test_send_recv_roundtrip_and_meter(seed, sizes):
     assert snap0.framing_bytes == FRAME_HEADER_BYTES * len(sizes)
     t0 = sum(n for i, n in enumerate(sizes) if i % 2 == 0)
     assert snap0.by_tag().get("t0", (0, 0))[0] == t0
+    # total() reads the sent direction by default and filters one tag when asked
+    assert snap0.total() == snap0.total("sent")
+    assert snap0.total("sent", tag="t0") == (t0, (len(sizes) + 1) // 2)
+    assert snap1.total("received", tag="t1") == (sum(sizes) - t0, len(sizes) // 2)
+
+
+@given(seed=seeds, before=st.lists(st.integers(0, 300), max_size=3),
+       during=st.lists(st.integers(0, 300), min_size=1, max_size=3))
+def test_a_window_is_the_difference_of_two_snapshots(seed, before, during):
+    # A run's bytes are snapshot() - snapshot0 over its measured window
+    # (harness/context.py); traffic before the window, here under tag "c", is
+    # left out, and to_rows() drops the flows with nothing in the window.
+    def prog(comm):
+        def burst(sizes, tag):
+            for i, n in enumerate(sizes):
+                if comm.rank == 0:
+                    comm.send(_payload(seed + i, n), 1, tag=tag)
+                else:
+                    comm.recv(0, tag=tag)
+
+        burst(before, "c")
+        burst(before, "a")
+        s0 = comm.meter.snapshot()
+        burst(during, "a")
+        burst(during[:1], "b")
+        return comm.meter.snapshot() - s0
+
+    w0, w1 = run_threads(2, prog, timeout_s=30)
+    a, b, n = (sum(during), len(during)), (during[0], 1), len(during) + 1
+    assert w0.total("sent") == (a[0] + b[0], n) == w1.total("received")
+    assert w0.total("received") == (0, 0) == w1.total("sent")
+    assert w0.framing_bytes == FRAME_HEADER_BYTES * n
+    assert w0.by_tag() == {"a": a, "b": b, **({"c": (0, 0)} if before else {})}
+    rows = sorted((r["src"], r["dst"], r["direction"], r["tag"], r["op"], r["bytes"], r["messages"])
+                  for r in w1.to_rows())
+    assert rows == [(0, 1, "received", "a", "recv", *a), (0, 1, "received", "b", "recv", *b)]
 
 
 def test_sender_may_reuse_its_buffer():
@@ -109,6 +146,25 @@ def test_a_raising_rank_releases_its_peers():
     assert time.monotonic() - t0 < 10  # released at once, not after the timeout
 
 
+def test_a_rank_whose_comm_cannot_be_built_fails_the_run():
+    # A Comm that cannot be built (here a bad option; in mutation testing, a
+    # ByteMeter that raises, checks/MUTATION.md) is that rank's failure, reported
+    # like any other, not a run left waiting for a rank that never ended.
+    box = {}
+
+    def call():
+        try:
+            run_threads(2, lambda comm: None, latency_ms=-1.0)
+        except RankFailed as e:
+            box["err"] = e
+
+    t = threading.Thread(target=call, daemon=True)
+    t.start()
+    t.join(timeout=120)  # a hang guard, not a speed bound: failing takes milliseconds
+    assert not t.is_alive(), "run_threads hung on a rank whose Comm could not be built"
+    assert "latency_ms must be >= 0" in str(box["err"])
+
+
 # --------------------------------------------------------------------------- collectives
 def _collective_body(seed: int, shape: tuple[int, ...], comm):
     g = torch.Generator().manual_seed(seed * 131 + comm.rank)
@@ -119,7 +175,7 @@ def _collective_body(seed: int, shape: tuple[int, ...], comm):
     b = comm.broadcast(x if comm.rank == 1 else torch.zeros_like(x), src=1, tag="bc")
     comm.barrier()
     return {"x": x, "sum": s, "max": mx, "parts": parts, "b": b,
-            "sent": comm.meter.snapshot().total("sent")}
+            "sent": comm.meter.snapshot().total("sent"), "framing": comm.meter.snapshot().framing_bytes}
 
 
 def _collective_program(seed: int, shape: tuple[int, ...]):
@@ -142,6 +198,7 @@ def _check_collectives(res, world, shape):
         per_peer = 3 * nbytes + (nbytes if rank == 1 else 0)
         msgs = 3 * (world - 1) + (world - 1 if rank == 1 else 0)
         assert r["sent"] == (per_peer * (world - 1), msgs)
+        assert r["framing"] == 0  # framing is counted for send/recv only (byte_meter docstring)
 
 
 @given(seed=seeds, world=st.integers(2, 4), shape=st.sampled_from([(1,), (7,), (3, 5)]))

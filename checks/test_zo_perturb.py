@@ -10,7 +10,7 @@ import torch
 from hypothesis import given
 from hypothesis import strategies as st
 
-from algorithms.zo.perturb import Perturber, step_seeds, z_for, zo_update
+from algorithms.zo.perturb import NO_CLOCK, Perturber, step_seeds, z_for, zo_update
 from harness.models import build_model, split_model
 
 SEEDS = st.integers(0, 2**63 - 1)
@@ -114,9 +114,29 @@ def test_seed_schedule_is_shared_and_distinct():
 def test_shifting_along_another_seed_without_restore_fails():
     pert = Perturber(_params(), "exact")
     pert.shift(1, 1e-3)
-    with pytest.raises(RuntimeError, match="restore"):
+    # the whole sentence: the message is the user's only hint at the fix
+    with pytest.raises(RuntimeError, match=r"^restore\(\) the previous perturbation before shifting along another seed$"):
         pert.shift(2, 1e-3)
-    with pytest.raises(RuntimeError, match="restore"):
+    with pytest.raises(RuntimeError, match=r"^update\(\) while a perturbation is applied; restore\(\) first$"):
         pert.update(1, 0.1)
     with pytest.raises(ValueError, match="mode"):
         Perturber(_params(), "sloppy")
+
+
+def test_each_pass_is_timed_under_its_phase():
+    # ZO2 / DistZO2 report seconds per phase (algorithms/zo/phases.py): the z
+    # draws under zgen, the shifts and the restore under perturb, the update's
+    # additions under update.
+    seen = []
+
+    def clock(phase):
+        seen.append(phase)
+        return NO_CLOCK
+
+    pert = Perturber(_params(), "exact", clock=clock)
+    pert.update(1, 0.1)
+    assert set(seen) == {"zgen", "update"}
+    seen.clear()
+    pert.shift(1, 1e-3)
+    pert.restore()
+    assert set(seen) == {"zgen", "perturb"}

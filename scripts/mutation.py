@@ -9,23 +9,40 @@ before mutmut runs; mutmut itself then runs each mutant only against the checks
 that reached the mutated function in its clean run.
 
     python scripts/mutation.py --list
-    python scripts/mutation.py zo codecs-quant --max-children 2
+    python scripts/mutation.py zo codecs-quant --max-children 1
+    python scripts/mutation.py zo --mutants 'algorithms.zo.estimator.x_walk*'
     python scripts/mutation.py all            # the pyproject configuration as is
 
+Every profile's checks run with ``-x``, without the slow, gloo, netns and gpu
+checks, and under the ``mutation`` hypothesis profile (checks/conftest.py: a
+few derandomised examples), so a verdict is cheap and does not depend on the
+draw. Each profile keeps its own copy of the tree and its verdicts (see
+``_use_workdir``), so profiles can be run in any order and survivors re-run.
 After each profile it prints killed / survived / timeout / suspicious / no
-tests per module. Changing the test selection makes mutmut drop its cached
-verdicts, so record the counts of a profile before running the next one.
-The survivors and their triage are kept in checks/MUTATION.md.
+tests per module, the mutants not killed and the time it took. The survivors
+and their triage are kept in checks/MUTATION.md.
 """
 
 from __future__ import annotations
 
 import argparse
+import json
 import os
+import shutil
+import subprocess
 import sys
+import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
+WORK = ROOT / "mutants"  # where mutmut works (fixed by mutmut)
+PARKED = ROOT / ".mutants"  # the other profiles' copies, one folder each
+MARKER = ".profile"
+
+# Appended to every profile's test selection: stop at the first failing check,
+# and leave out what spawns processes or needs hardware (mutmut cannot follow a
+# mutant into a rank process; slow checks make every surviving mutant slow).
+COMMON_SELECTION = ["-x", "-m", "not slow and not gloo and not netns and not gpu"]
 
 # profile -> (files to mutate, pytest arguments selecting the checks that anchor them)
 PROFILES: dict[str, tuple[list[str], list[str]]] = {
@@ -81,47 +98,105 @@ def _survivors(files: list[str]) -> list[str]:
     return sorted(names)
 
 
-def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("profiles", nargs="*", default=["all"])
-    ap.add_argument("--max-children", type=int, default=2)
-    ap.add_argument("--list", action="store_true", help="list the profiles and exit")
-    ap.add_argument("--mutants", nargs="*", default=[],
-                    help="only these mutant names (globs), e.g. to re-run survivors")
-    args = ap.parse_args(argv)
-    if args.list:
-        for name, (files, tests) in PROFILES.items():
-            print(f"{name:16s} {' '.join(files)}  <-  {' '.join(tests)}")
-        return 0
+def _use_workdir(name: str) -> None:
+    """Make ``mutants/`` this profile's copy, parking another profile's under ``.mutants/``.
+
+    One shared copy is unsafe: a file mutmut no longer mutates is copied over
+    unmutated (newer than its source), and a later profile that mutates it
+    again takes it for already mutated (mutmut compares the two mtimes), so
+    its mutants would run against unmutated code and all survive. A changed
+    test selection also drops every cached verdict.
+    """
+    marker = WORK / MARKER
+    current = marker.read_text().strip() if marker.is_file() else "_unlabelled"
+    if WORK.exists() and current != name:
+        PARKED.mkdir(exist_ok=True)
+        dst = PARKED / current
+        if dst.exists():
+            shutil.rmtree(dst)
+        WORK.rename(dst)
+    if not WORK.exists():
+        if (PARKED / name).exists():
+            (PARKED / name).rename(WORK)
+        else:
+            WORK.mkdir()
+    marker.write_text(name + "\n")
+
+
+def _run_profile(name: str, files: list[str], sel: list[str], max_children: int,
+                 mutants: list[str]) -> int:
+    """One profile, in this process (mutmut keeps its state in module globals)."""
     os.chdir(ROOT)
-    # Derandomised hypothesis: a mutant's verdict must not depend on the draw.
-    os.environ.setdefault("HYPOTHESIS_PROFILE", "ci")
+    # A few derandomised examples per hypothesis check (checks/conftest.py).
+    os.environ.setdefault("HYPOTHESIS_PROFILE", "mutation")
     import mutmut.configuration as mc
 
     cfg = mc.config()
-    base_only, base_sel = list(cfg.only_mutate), list(cfg.pytest_add_cli_args_test_selection)
+    cfg.only_mutate, cfg.pytest_add_cli_args_test_selection = list(files), list(sel)
+    from mutmut.__main__ import cli
+
+    start, load = time.monotonic(), os.getloadavg()
+    print(f"== profile {name}: {' '.join(files)}  <-  {' '.join(sel)}", flush=True)
+    try:
+        cli(["run", "--max-children", str(max_children), *mutants], standalone_mode=False)
+    except SystemExit as e:
+        if e.code:
+            return int(e.code)
+    took = time.monotonic() - start
+    listed = [f for f in files if not f.endswith("*")] or [
+        str(p.relative_to(ROOT)) for pat in files for p in sorted(ROOT.glob(pat))
+        if p.suffix == ".py"]
+    counts, survivors = _counts(listed), _survivors(listed)
+    for f, c in counts.items():
+        shown = ", ".join(f"{s} {c[s]}" for s in STATUS if s in c)
+        print(f"   {f}: {shown}", flush=True)
+    for s in survivors:
+        print(f"   not killed: {s}", flush=True)
+    load_end = os.getloadavg()
+    print(f"   took {took:.0f} s (load average {load[0]:.1f} at the start, {load_end[0]:.1f} at the end)",
+          flush=True)
+    summary = {"profile": name, "mutants": mutants, "seconds": round(took, 1),
+               "load_average": [round(load[0], 2), round(load_end[0], 2)],
+               "counts": counts, "not_killed": survivors}
+    (WORK / f"summary-{int(time.time())}.json").write_text(json.dumps(summary, indent=1) + "\n")
+    return 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("profiles", nargs="*", default=["all"])
+    ap.add_argument("--max-children", type=int, default=1)
+    ap.add_argument("--list", action="store_true", help="list the profiles and exit")
+    ap.add_argument("--mutants", nargs="*", default=[],
+                    help="only these mutant names (globs), e.g. to re-run survivors")
+    ap.add_argument("--in-process", action="store_true", help=argparse.SUPPRESS)
+    args = ap.parse_args(argv)
+    if args.list:
+        for name, (files, tests) in PROFILES.items():
+            print(f"{name:16s} {' '.join(files)}  <-  {' '.join(tests + COMMON_SELECTION)}")
+        return 0
     for name in args.profiles:
         if name != "all" and name not in PROFILES:
             ap.error(f"unknown profile {name!r}; --list shows them")
-        files, sel = PROFILES.get(name, (base_only, base_sel))
-        cfg.only_mutate, cfg.pytest_add_cli_args_test_selection = list(files), list(sel)
-        from mutmut.__main__ import cli
+    if args.in_process:
+        (name,) = args.profiles
+        if name == "all":
+            os.chdir(ROOT)
+            import mutmut.configuration as mc
 
-        print(f"== profile {name}: {' '.join(files)}", flush=True)
-        try:
-            cli(["run", "--max-children", str(args.max_children), *args.mutants],
-                standalone_mode=False)
-        except SystemExit as e:
-            if e.code:
-                return int(e.code)
-        listed = [f for f in files if not f.endswith("*")] or [
-            str(p.relative_to(ROOT)) for pat in files for p in sorted(ROOT.glob(pat))
-            if p.suffix == ".py"]
-        for f, c in _counts(listed).items():
-            shown = ", ".join(f"{s} {c[s]}" for s in STATUS if s in c)
-            print(f"   {f}: {shown}", flush=True)
-        for s in _survivors(listed):
-            print(f"   not killed: {s}", flush=True)
+            cfg = mc.config()
+            files, sel = list(cfg.only_mutate), list(cfg.pytest_add_cli_args_test_selection)
+        else:
+            files, sel = PROFILES[name][0], PROFILES[name][1] + COMMON_SELECTION
+        return _run_profile(name, files, sel, args.max_children, args.mutants)
+    for name in args.profiles:
+        _use_workdir(name)
+        # a fresh interpreter per profile: mutmut's state and configuration are globals
+        rc = subprocess.call([sys.executable, str(Path(__file__).resolve()), name, "--in-process",
+                              "--max-children", str(args.max_children),
+                              *(["--mutants", *args.mutants] if args.mutants else [])], cwd=ROOT)
+        if rc:
+            return rc
     return 0
 
 

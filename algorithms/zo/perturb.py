@@ -105,54 +105,57 @@ class Perturber:
             self.z_generations += 1
             return z_for(seed, idx, p.shape, p.dtype, p.device)
 
-    @torch.no_grad()
+    # The in-place updates run under ``with torch.no_grad()`` rather than the
+    # ``@torch.no_grad()`` decorator: same effect, and mutmut 3 mutates no
+    # decorated function (checks/MUTATION.md).
     def _add(self, seed: int, scale: float, phase: str = "perturb") -> None:
-        if self.keep_z and phase == "perturb" and self._z is None:
-            self._z = [self._draw(seed, idx, p) for idx, p in self.params]
-        for k, (idx, p) in enumerate(self.params):
-            z = self._z[k] if self._z is not None else self._draw(seed, idx, p)
-            with self.clock(phase):
-                p.add_(z, alpha=scale)
+        with torch.no_grad():
+            if self.keep_z and phase == "perturb" and self._z is None:
+                self._z = [self._draw(seed, idx, p) for idx, p in self.params]
+            for k, (idx, p) in enumerate(self.params):
+                z = self._z[k] if self._z is not None else self._draw(seed, idx, p)
+                with self.clock(phase):
+                    p.add_(z, alpha=scale)
 
-    @torch.no_grad()
     def shift(self, seed: int, scale: float) -> None:
         """``x <- x + scale z(seed)`` (the first shift after a restore remembers x)."""
-        if self._seed is None:
-            self._seed = seed
-            if self.mode == "exact" or self.track_drift:
-                with self.clock("perturb"):
-                    self._stash = [p.detach().clone() for _, p in self.params]
-        elif seed != self._seed:
-            raise RuntimeError("restore() the previous perturbation before shifting along another seed")
-        self._add(seed, scale)
-        self._applied += scale
+        with torch.no_grad():
+            if self._seed is None:
+                self._seed = seed
+                if self.mode == "exact" or self.track_drift:
+                    with self.clock("perturb"):
+                        self._stash = [p.detach().clone() for _, p in self.params]
+            elif seed != self._seed:
+                raise RuntimeError("restore() the previous perturbation before shifting along another seed")
+            self._add(seed, scale)
+            self._applied += scale
 
-    @torch.no_grad()
     def restore(self) -> None:
         """Undo the shifts since the last restore (bit-exactly in ``exact`` mode)."""
         if self._seed is None:
             return
-        if self.mode == "exact":
-            with self.clock("perturb"):
-                for (_, p), s in zip(self.params, self._stash, strict=True):
-                    p.copy_(s)
-        else:
-            self._add(self._seed, -self._applied)  # -mu after +mu; +mu after +mu, -2mu
-            if self._stash is not None:
-                for (_, p), s in zip(self.params, self._stash, strict=True):
-                    d = (p - s).abs()
-                    if d.numel():
-                        self.drift_max = max(self.drift_max, float(d.max()))
-                    self.drift_changed += int(torch.count_nonzero(d))
-                    self.restored_elements += d.numel()
+        with torch.no_grad():
+            if self.mode == "exact":
+                with self.clock("perturb"):
+                    for (_, p), s in zip(self.params, self._stash, strict=True):
+                        p.copy_(s)
+            else:
+                self._add(self._seed, -self._applied)  # -mu after +mu; +mu after +mu, -2mu
+                if self._stash is not None:
+                    for (_, p), s in zip(self.params, self._stash, strict=True):
+                        d = (p - s).abs()
+                        if d.numel():
+                            self.drift_max = max(self.drift_max, float(d.max()))
+                        self.drift_changed += int(torch.count_nonzero(d))
+                        self.restored_elements += d.numel()
         self._stash, self._seed, self._applied, self._z = None, None, 0.0, None
 
-    @torch.no_grad()
     def update(self, seed: int, coeff: float) -> None:
         """ZO-SGD update along one direction: ``x <- x - coeff z(seed)``."""
         if self._seed is not None:
             raise RuntimeError("update() while a perturbation is applied; restore() first")
-        self._add(seed, -coeff, "update")
+        with torch.no_grad():
+            self._add(seed, -coeff, "update")
 
 
 def zo_update(perturber: Perturber, seeds: Sequence[int], scalars: Sequence[float], lr: float) -> None:

@@ -174,8 +174,10 @@ def run_threads(world_size: int, fn, *, timeout_s: float = 120.0, latency_ms: fl
 
     def body(rank: int) -> None:
         kw = {} if max_frame_bytes is None else {"max_frame_bytes": max_frame_bytes}
-        comm = world.comm(rank, latency_ms=latency_ms, metered=metered, bandwidth_bps=bandwidth_bps, **kw)
         try:
+            # built inside the try: a rank whose Comm cannot be built (a bad
+            # option, a raising meter) must count itself done, or the run waits forever
+            comm = world.comm(rank, latency_ms=latency_ms, metered=metered, bandwidth_bps=bandwidth_bps, **kw)
             results[rank] = fn(comm)
             comm.close()
         except BaseException as e:  # noqa: BLE001 - reported to the caller below
