@@ -85,6 +85,8 @@ def test_counter_is_per_thread():
     pytest.param("aq-sgd", "threads", marks=pytest.mark.slow),
     pytest.param("pipeline-sgd", "gloo", marks=pytest.mark.slow),
     pytest.param("aq-sgd", "gloo", marks=pytest.mark.slow),
+    ("sparq", "threads"),  # the SparQ memory claims rest on these peaks (harness/experiments/sparq.py)
+    pytest.param("sparq", "gloo", marks=pytest.mark.slow),
 ])
 def test_same_config_same_peak_tensor_bytes(algo, backend):
     def peaks():
