@@ -6,6 +6,7 @@ kept out of the measured window."""
 from __future__ import annotations
 
 import threading
+from functools import partial
 
 import pytest
 import torch
@@ -100,6 +101,39 @@ def test_same_config_same_peak_tensor_bytes(algo, backend):
     assert top == max(per_rank) > 0
     # the stage holds at least its parameters (float32) for the whole window
     assert min(per_rank) > 4 * 10_000
+
+
+def _send_then_wait(comm, nbytes: int) -> int:
+    """Rank 0 sends ``nbytes`` and, while the message waits unread, reads what its meter holds
+    over its own payload; rank 1 then receives and reads what its meter gained."""
+    m = TensorMemoryMeter()
+    with m:
+        if comm.rank == 0:
+            payload = torch.ones(nbytes, dtype=torch.uint8)
+            base = m.current
+            comm.send(payload, 1)
+            comm.barrier()  # the message is in rank 1's mailbox, not yet received
+            held = m.current - base
+            comm.barrier()
+            return held
+        comm.barrier()
+        base = m.current
+        got = comm.recv(0)
+        gained = m.current - base
+        assert got.numel() == nbytes
+        comm.barrier()
+        return gained
+
+
+def test_threads_message_in_flight_is_counted_by_the_receiver_only():
+    # On the threads backend a queued message counted by the sender would leave the sender's peak
+    # to the scheduling of the receiving thread (harness/comm/threads.py: _in_flight).
+    from harness.comm.threads import run_threads
+
+    nbytes = 1_000_000
+    held, gained = run_threads(2, partial(_send_then_wait, nbytes=nbytes))
+    assert held == 0
+    assert nbytes <= gained <= nbytes + 64  # the frame: payload and its end marker
 
 
 def test_memory_pass_keeps_times_and_takes_tensor_peak():
