@@ -29,6 +29,7 @@ import os
 
 import torch
 import torch.distributed as dist
+from torch.utils._python_dispatch import _disable_current_modes
 
 from .base import (
     FRAME_END,
@@ -136,21 +137,27 @@ class TorchDistComm(Comm):
         The marker slot is cleared and guard bytes are written first, so a
         short message leaves a zero there and a long one changes the guard.
         """
-        buf = self._scratch(expect)
-        buf[expect - 2: expect] = 0
-        buf[expect: expect + _GUARD] = _GUARD_BYTE
-        with self._guard(what):
-            work = dist.irecv(buf, src=src)
-            self._wait(work, what)
-            got = int(work._source_rank()) if src is None else src
-        if bool((buf[expect: expect + _GUARD] != _GUARD_BYTE).any()):
-            raise CommError(f"rank {self.rank}: message from rank {got} is longer than the "
-                            f"{expect} bytes its frame announced")
+        # The CPU scratch is address space reserved for the largest frame (max_frame_bytes, its
+        # pages touched only as far as a message reaches): no rank's tensor meter counts it, or
+        # every receiving rank's peak tensor bytes would carry max_frame_bytes.  What a rank
+        # keeps of a message is the copy _recv_body hands out, counted there.
+        with _disable_current_modes():
+            buf = self._scratch(expect)
+            buf[expect - 2: expect] = 0
+            buf[expect: expect + _GUARD] = _GUARD_BYTE
+            with self._guard(what):
+                work = dist.irecv(buf, src=src)
+                self._wait(work, what)
+                got = int(work._source_rank()) if src is None else src
+            if bool((buf[expect: expect + _GUARD] != _GUARD_BYTE).any()):
+                raise CommError(f"rank {self.rank}: message from rank {got} is longer than the "
+                                f"{expect} bytes its frame announced")
         return got, buf
 
     def _recv_header(self, src: int | None, what: str) -> tuple[int, bytes]:
         got, buf = self._recv_message(FRAME_HEADER_NBYTES, src, what)
-        return got, bytes(buf[:FRAME_HEADER_NBYTES].cpu().numpy())
+        with _disable_current_modes():  # the scratch stays out of the tensor meter (_recv_message)
+            return got, bytes(buf[:FRAME_HEADER_NBYTES].cpu().numpy())
 
     def _recv_frame(self, src, taghash):
         _, header = self._recv_header(src, f"recv from rank {src}")
@@ -173,8 +180,11 @@ class TorchDistComm(Comm):
         if n == 0:
             return torch.empty(0, dtype=torch.uint8)
         _, buf = self._recv_message(n + FRAME_END_NBYTES, src, f"recv from rank {src}")
-        check_frame_end(bytes(buf[n: n + FRAME_END_NBYTES].cpu().numpy()), rank=self.rank, src=src, nbytes=n)
-        return buf[:n].cpu().clone()
+        with _disable_current_modes():  # the scratch stays out of the tensor meter (_recv_message)
+            check_frame_end(bytes(buf[n: n + FRAME_END_NBYTES].cpu().numpy()), rank=self.rank, src=src, nbytes=n)
+            payload = buf[:n]
+        # the payload's own copy, counted by the receiving rank's meter
+        return payload.clone() if payload.device.type == "cpu" else payload.cpu()
 
     def _all_gather_raw(self, data):
         # Sizes first, so unequal contributions are an error rather than garbage.
