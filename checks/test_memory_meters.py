@@ -136,6 +136,34 @@ def test_threads_message_in_flight_is_counted_by_the_receiver_only():
     assert nbytes <= gained <= nbytes + 64  # the frame: payload and its end marker
 
 
+def _send_recv(comm, nbytes: int) -> int:
+    """Rank 0 sends ``nbytes`` (a gloo send completes when the receiver has it) and reads what its
+    meter holds over its payload afterwards; rank 1 reads what its meter gained by receiving."""
+    m = TensorMemoryMeter()
+    with m:
+        if comm.rank == 0:
+            payload = torch.ones(nbytes, dtype=torch.uint8)
+            base = m.current
+            comm.send(payload, 1)
+            return m.current - base
+        base = m.current
+        got = comm.recv(0)
+        assert got.numel() == nbytes
+        return m.current - base
+
+
+@pytest.mark.gloo
+def test_gloo_receive_scratch_is_not_a_ranks_tensor():
+    # The gloo receiver's CPU scratch is reserved for max_frame_bytes (1 GiB); counted, it would
+    # sit in every receiving rank's peak tensor bytes (harness/comm/torchdist.py: _recv_message).
+    from ._gloo import run_gloo
+
+    nbytes = 1_000_000
+    held, gained = run_gloo(2, partial(_send_recv, nbytes=nbytes))
+    assert held == 0  # the sender's frame is gone once the send completed
+    assert nbytes <= gained <= nbytes + 64
+
+
 def test_memory_pass_keeps_times_and_takes_tensor_peak():
     cfg = make_config("pipeline-sgd", world_size=2, memory="pass", **TINY)
     rec = run(cfg)
