@@ -193,6 +193,16 @@ BAD_INPUTS = [  # (issue 15's list first) args, needle
     (["run", "fo-sgd", "--model", "tiny-op"], "did you mean 'tiny-opt'"),
     (["run", "fo-sgd", "--data", "synthetic-markow"], "did you mean 'synthetic-markov'"),
     (["reproduce", "clappin"], "did you mean 'clapping'"),
+    # the micro-batch split is the rule of the families that split a batch, naming the value given
+    (["run", "pipeline-sgd", "--world-size", "2", "--set", "batch_size=9"],
+     "pipeline-sgd: batch_size 9 is not divisible by micro_batches 2"),
+    (["run", "protocol-central", "--set", "batch_size=6", "--set", "micro_batches=4"],
+     "batch_size 6 is not divisible by micro_batches 4"),
+    # the largest frame, a run option
+    (["run", "fo-sgd", "--max-frame-bytes", "5"], "max_frame_bytes must be an integer number of bytes in 1024.."),
+    (["run", "fo-sgd", "--max-frame-bytes", "2000000000000"], "got 2000000000000"),
+    (["run", "fo-sgd", "--max-frame-bytes", "1e6"], "invalid int value: '1e6'"),
+    (["run", "fo-sgd", "--set", "max_frame_bytes=1.5"], "max_frame_bytes=1.5: expected int"),
     (["describe", "spraq"], "did you mean 'sparq'"),
 ]
 
@@ -246,10 +256,19 @@ def test_set_is_applied_before_validation():
     assert (cfg.world_size, cfg.params.cut) == (5, "ffn_act")
     cfg = _build("distzo2-ddp", "--world-size", "3", "--set", "batch_size=9", "--set", "micro_batches=3")
     assert (cfg.world_size, cfg.batch_size) == (3, 9)
+    # ZO splits no batch into micro-batches: an odd batch is accepted with the default micro_batches
+    cfg = _build("distzo2-ddp", "--world-size", "3", "--set", "batch_size=9")
+    assert (cfg.batch_size, cfg.micro_batches) == (9, 2)
     from harness.config import ConfigError
 
     with pytest.raises(ConfigError, match="batch_size 9 "):  # the value given, not the default 8
-        _build("distzo2-ddp", "--world-size", "3", "--set", "batch_size=9")
+        _build("pipeline-sgd", "--world-size", "3", "--set", "batch_size=9")
+
+
+def test_max_frame_bytes_reaches_the_config_from_the_option_and_from_set():
+    assert _build("fo-sgd").max_frame_bytes == 1 << 30
+    assert _build("fo-sgd", "--max-frame-bytes", "4096").max_frame_bytes == 4096
+    assert _build("fo-sgd", "--set", "max_frame_bytes=2048").max_frame_bytes == 2048
 
 
 def test_default_world_size_is_the_smallest_valid_and_torchrun_s(monkeypatch):
@@ -332,10 +351,44 @@ def test_describe_shows_the_live_parameters(capsys):
     assert "perturbation scale" in out and ">= 2 (default 2" in out and spec.paper in out
 
 
-def test_the_catalog_matches_the_registry():
-    from harness.catalog import build_catalog, load
+def test_the_catalog_matches_the_registries():
+    from harness import catalog
+    from harness.experiments.catalog import build_experiments
 
-    assert load() == build_catalog(), "regenerate with: python -m harness.catalog"
+    again = "regenerate with: python -m harness.experiments.catalog"
+    assert catalog.load() == catalog.build_catalog(), again
+    assert catalog.load_models() == catalog.build_models(), again
+    assert catalog.load_data() == catalog.build_data(), again
+    assert catalog.load_experiments() == build_experiments(), again
+
+
+def _rows(out: str, title: str) -> dict[str, list[str]]:
+    """The rows of the terminal table called ``title``: first cell -> cells."""
+    lines = out.splitlines()
+    start = next(i for i, ln in enumerate(lines) if ln.strip() == title)
+    end = next(i for i in range(start, len(lines)) if lines[i].startswith("└"))
+    rows = [[c.strip() for c in ln.strip("│").split("│")] for ln in lines[start:end] if ln.startswith("│ ")]
+    return {r[0]: r for r in rows if r[0]}  # a wrapped cell continues on a row without a name
+
+
+def test_list_shows_the_live_models_data_and_experiments(capsys):
+    # `list` reads the catalog; what it prints must be what the live registries hold
+    from harness.data import DATASETS, get_dataset
+    from harness.experiments import all_experiments
+    from harness.models import PRESETS
+    from harness.registry import load_all
+
+    load_all()  # the families' own data sets are listed too
+    assert main(["list"]) == 0
+    out = capsys.readouterr().out
+    models = _rows(out, "models")
+    assert models == {name: [name, p.family, str(p.num_blocks), str(p.d_model), str(p.ffn_dim),
+                             p.activation, str(p.vocab_size)] for name, p in PRESETS.items()}
+    assert len(DATASETS) >= 5  # wiki-en, two synthetic, the scikit-learn tables
+    data = _rows(out, "data")
+    assert data == {name: [name, get_dataset(name).kind, get_dataset(name).source] for name in DATASETS}
+    experiments = {name: row[:2] for name, row in _rows(out, "experiments (commbench reproduce NAME)").items()}
+    assert experiments == {e.name: [e.name, "yes" if e.paper else "by name"] for e in all_experiments()}
 
 
 def test_cli_backends_match_the_comm_layer():
@@ -359,7 +412,8 @@ def test_every_run_option_has_help():
             assert action.help, f"commbench {name} {action.dest} has no help"
 
 
-@pytest.mark.parametrize("argv", [["--help"], ["describe", "sparq"], ["list", "algorithms"], ["run", "--help"]])
+@pytest.mark.parametrize("argv", [["--help"], ["describe", "sparq"], ["list"], ["list", "algorithms"],
+                                  ["run", "--help"]])
 def test_help_list_and_describe_do_not_import_torch(argv):
     code = "\n".join(["import sys", "from harness.cli import main", "try:", f"    rc = main({argv!r})",
                       "except SystemExit as e:", "    rc = e.code", "print('RC', rc)",

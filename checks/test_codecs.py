@@ -17,7 +17,7 @@ import math
 import numpy as np
 import pytest
 import torch
-from hypothesis import assume, given, settings
+from hypothesis import assume, example, given, settings
 from hypothesis import strategies as st
 
 from algorithms.codecs import (
@@ -868,7 +868,9 @@ def expected_nbytes(codec: Codec, x: torch.Tensor) -> int:
         return h0(nd, 7) + min(sparse_costs(n, k, 8 * x.element_size(), index_bits(n)).values())
     assert codec.name == "qchannel", spec
     tensor = "granularity=tensor" in spec
-    fc = fixpoint_quantize(x, codec.bits, codec.signed, tensor, fast=False)
+    # signed=auto: the signed grid iff some entry is negative (written here, not the codec's resolver)
+    signed = codec.signed if codec.signed is not None else bool((x < 0).any())
+    fc = fixpoint_quantize(x, codec.bits, signed, tensor, fast=False)
     H = 1 if tensor or nd <= 1 else x.shape[-1]
     return h0(nd, 7) + 2 * H + min(sparse_costs(n, fc.nnz, codec.bits, index_bits(n)).values())
 
@@ -883,6 +885,7 @@ FLOAT_SPECS = [s for s in EXAMPLE_SPECS if s != "sparse:bits=4"]
     st.one_of(st.sampled_from([0.0, 1.0]), st.floats(0.0, 1.0)),
     st.sampled_from([torch.float32, torch.float64, torch.float16, torch.bfloat16]),
 )
+@example(0, "qchannel:bits=2,signed=auto", [], 1.0, torch.float32)  # a negative scalar: the signed grid
 def test_counted_bytes_equal_closed_form(seed, spec, shape, density, dtype):
     x = sparse_randn(tuple(shape), density, seed, dtype)
     codec = make_codec(spec)

@@ -3,6 +3,8 @@ places each paper's value beside ours with a verdict."""
 
 from __future__ import annotations
 
+import re
+
 import pytest
 
 from harness.experiments import ORDER, Claim, all_experiments, claim, claims_table, get_experiment
@@ -149,3 +151,88 @@ def test_sparq_opt125m_is_a_supporting_experiment():
 
     exp = get_experiment("sparq-opt125m")
     assert "sparq-opt125m" in SUPPORTING and "sparq-opt125m" not in ORDER and not exp.paper
+
+
+# ---------------------------------------------------------------------------- timed claims (issue 14)
+
+def _step_times(seed: int, n: int, scale: float = 0.05):
+    import torch
+
+    g = torch.Generator().manual_seed(seed)
+    return (scale * torch.exp(0.3 * torch.randn(n, generator=g, dtype=torch.float64))).tolist()
+
+
+from hypothesis import given, settings  # noqa: E402
+from hypothesis import strategies as st  # noqa: E402
+
+
+@settings(deadline=None, max_examples=25)
+@given(seed=st.integers(0, 2**31 - 1), n=st.integers(3, 40))
+def test_a_timed_claim_whose_interval_covers_the_criterion_is_not_a_verdict(seed, n):
+    """A run timed against itself: the bootstrap interval of the ratio of medians covers 1 (its
+    resamples are symmetric about it), so "ratio >= 1" is within noise, never supported."""
+    from harness.experiments.claims import NOT_MEASURABLE, timed_claim
+    from harness.stats import ratio_of_medians
+
+    times = _step_times(seed, n)
+    iv = ratio_of_medians([times], [times], draws=400, seed=seed)
+    assert iv.value == 1.0 and iv.covers(1.0)
+    c = timed_claim("P", "q", "s", "speed-up >= 1", "1", iv, 1.0, "measured")
+    _CLAIMS.clear()
+    assert c.outcome == NOT_MEASURABLE and c.how.startswith("within noise") and c.how.endswith("measured")
+    assert c.ours.startswith("1 [") or c.ours.startswith("1.00 [")
+
+
+def test_a_timed_claim_is_decided_only_outside_its_interval():
+    from harness.experiments.claims import NOT_MEASURABLE, NOT_SUPPORTED, SUPPORTED, timed_claim
+    from harness.stats import Interval
+
+    def outcome(lo, hi, thr, **kw):
+        c = timed_claim("P", "q", "s", "c", "1", Interval((lo + hi) / 2, lo, hi), thr, "m", **kw)
+        _CLAIMS.clear()
+        return c.outcome
+
+    assert outcome(1.1, 1.3, 1.0) == SUPPORTED and outcome(0.7, 0.9, 1.0) == NOT_SUPPORTED
+    assert outcome(0.9, 1.1, 1.0) == NOT_MEASURABLE and outcome(1.0, 1.2, 1.0) == NOT_MEASURABLE
+    assert outcome(0.7, 0.9, 1.0, above=False) == SUPPORTED
+    assert outcome(1.1, 1.3, 1.0, undecided="load 9 on 2 cores") == NOT_MEASURABLE
+    # the record itself refuses a verdict its interval does not carry
+    with pytest.raises(ValueError, match="covers the criterion 1: within noise"):
+        Claim("P", "q", "s", "c", "1", "1", "supported", interval=Interval(1.0, 0.9, 1.1), threshold=1.0)
+    with pytest.raises(ValueError, match="both its interval and its threshold"):
+        Claim("P", "q", "s", "c", "1", "1", "supported", interval=Interval(1.0, 0.9, 1.1))
+
+
+def test_every_experiment_column_of_a_time_declares_its_spread():
+    """A static rule over every experiment module (the supporting ones too, which the terminal-table
+    check does not build): a Column whose unit is a time, or whose header names a time, a
+    speed-up or a throughput, passes ``spread=`` unless it holds the paper's numbers."""
+    import ast
+    from pathlib import Path
+
+    import harness.experiments as pkg
+    from harness.reporting import is_time_unit
+
+    words = re.compile(r"\btime\b|speed-up|throughput|(?<!\w)s/step|/ epoch|achievable", re.IGNORECASE)
+
+    def text(node):
+        if isinstance(node, ast.Constant) and isinstance(node.value, str):
+            return node.value
+        if isinstance(node, ast.JoinedStr):
+            return "".join(text(v) for v in node.values)
+        return ""
+
+    found, bare = 0, []
+    for path in sorted(Path(pkg.__file__).parent.glob("*.py")):
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            if not (isinstance(node, ast.Call) and getattr(node.func, "id", None) == "Column"):
+                continue
+            args = [text(a) for a in node.args[:3]] + [""] * 3
+            key, header, unit = args[0], args[1], args[2]
+            if "paper" in (key + header).lower():
+                continue
+            if is_time_unit(unit) or words.search(header):
+                found += 1
+                if not any(k.arg == "spread" for k in node.keywords):
+                    bare.append(f"{path.name}:{node.lineno} {header!r}")
+    assert found >= 20 and bare == [], bare

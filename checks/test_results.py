@@ -510,3 +510,40 @@ def test_git_sha_clean_dirty_and_not_a_checkout(tmp_path):
     sub = tmp_path / "pkg"
     sub.mkdir()
     assert environment._git_sha(sub) is None  # inside some other checkout: not ours
+
+
+# --------------------------------------------------------------------------- load before / after (issue 14)
+
+
+def test_a_run_records_the_load_before_and_after(monkeypatch):
+    """The launcher writes the 1, 5, 15 min load averages taken at the run's start and end into the
+    record's environment (the two readings are told apart: a fake getloadavg counts its calls)."""
+    from harness import launcher
+    from harness.registry import make_config
+
+    calls = []
+
+    def fake_loadavg():
+        calls.append(len(calls))
+        return (1.0 + len(calls), 2.0, 3.0)
+
+    monkeypatch.setattr(environment.os, "getloadavg", fake_loadavg)
+    rec = launcher.run(make_config("fo-sgd", world_size=1, model="tiny-opt", data="wiki-en", steps=2,
+                                   batch_size=2, seq_len=8))
+    assert rec.env["load_before"] == [2.0, 2.0, 3.0] and rec.env["load_after"] == [3.0, 2.0, 3.0]
+    assert len(calls) == 2
+    again = ResultRecord.from_dict(json.loads(json.dumps(rec.to_dict())))
+    assert again.env["load_before"] == [2.0, 2.0, 3.0]
+
+
+def test_records_without_load_still_load_and_bad_load_is_refused(tmp_path):
+    d = good_dict()
+    assert "load_before" not in d["env"]
+    ResultRecord.from_dict(d)  # a record from before issue 14
+    for bad in ([1.0, 2.0], [1.0, -2.0, 3.0], "high", [1.0, "x", 3.0]):
+        d = good_dict()
+        d["env"]["load_after"] = bad
+        assert_bad(tmp_path, d, "'load_after' must be the 1, 5 and 15 min load averages")
+    d = good_dict()
+    d["env"]["load_before"] = environment.load_average()
+    ResultRecord.from_dict(d)

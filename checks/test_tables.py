@@ -9,7 +9,7 @@ import re
 from html.parser import HTMLParser
 
 import pytest
-from hypothesis import given
+from hypothesis import given, settings
 from hypothesis import strategies as st
 from rich.console import Console
 
@@ -485,3 +485,79 @@ def test_with_reference_adds_paper_columns(tmp_path):
     assert t3.row_dicts()[0]["paper:final_loss"] == 9.9
     t4 = with_reference(t, [], table_name="t2")
     assert t4.columns == t.columns and "No reference values matched" in t4.notes[-1]
+
+
+# --------------------------------------------------------------------------- times with their spread (issue 14)
+
+
+@settings(deadline=None, max_examples=30)
+@given(seed=st.integers(0, 2**31 - 1), n=st.integers(1, 60))
+def test_median_and_iqr_are_torch_quantiles(seed, n):
+    import torch
+
+    from harness.stats import median_iqr, quantile
+
+    g = torch.Generator().manual_seed(seed)
+    xs = torch.rand(n, generator=g, dtype=torch.float64) * 0.1
+    iv = median_iqr(xs.tolist())
+    # torch.quantile interpolates linearly, as quantile() does; the median is the middle (or the mean of two)
+    assert iv.lo == pytest.approx(torch.quantile(xs, 0.25).item(), rel=1e-12)
+    assert iv.hi == pytest.approx(torch.quantile(xs, 0.75).item(), rel=1e-12)
+    assert iv.value == pytest.approx(torch.quantile(xs, 0.5).item(), rel=1e-12)
+    assert quantile(xs.tolist(), 0.0) == xs.min().item() and quantile(xs.tolist(), 1.0) == xs.max().item()
+    assert iv.lo <= iv.value <= iv.hi
+
+
+def test_an_interval_is_shown_one_way_with_its_unit_once():
+    from harness.reporting import format_interval
+    from harness.stats import IQR, Interval
+
+    assert format_interval(0.0123, 0.0119, 0.0130, format_seconds) == "12.3 ms [11.9, 13.0]"
+    assert format_interval(0.00095, 0.0009, 0.00102, format_seconds) == "950 µs [900 µs, 1.02 ms]"
+    assert format_interval(1.234, 1.1, 1.4, ".2f") == "1.23 [1.10, 1.40]"
+    t = Table("t", [Column("k", "k"), Column("s", "step time", "s", False, spread=IQR),
+                    Column("r", "speed-up", "ratio", True, ".2f", spread="95 % CI", default=None)],
+              [dict(k="a", s=Interval(0.0123, 0.0119, 0.013), r=Interval(1.5, 1.25, 1.75)), dict(k="b", s=None)])
+    md = render(t, "md")
+    assert "12.3 ms [11.9, 13.0]" in md and "1.50 [1.25, 1.75]" in md
+    assert f"value [lo, hi] in step time: {IQR}" in md and "value [lo, hi] in speed-up: 95 % CI" in md
+    assert t.is_numeric(1) and t.is_numeric(2)
+    rows = list(csv.reader(io.StringIO(render(t, "csv"))))
+    assert rows[0] == ["k", "s [s]", "s.lo [s]", "s.hi [s]", "r [ratio]", "r.lo [ratio]", "r.hi [ratio]"]
+    assert [parse_csv_value(v) for v in rows[1]] == ["a", 0.0123, 0.0119, 0.013, 1.5, 1.25, 1.75]
+    assert rows[2] == ["b", "", "", "", "", "", ""]
+
+
+def test_a_column_with_a_spread_holds_intervals_only():
+    from harness.stats import Interval
+
+    with pytest.raises(TableError, match="must be an Interval, not 0.5"):
+        Table("t", [Column("s", "step", "s", spread="IQR")], [[0.5]])
+    with pytest.raises(TableError, match="declares no spread"):
+        Table("t", [Column("s", "step", "s")], [[Interval(0.5, 0.4, 0.6)]])
+    with pytest.raises(ValueError, match="lo > hi"):
+        Interval(1.0, 2.0, 0.5)
+    with pytest.raises(ValueError, match="finite"):
+        Interval(float("nan"), 0.0, 1.0)
+
+
+def test_records_table_shows_step_time_and_throughput_with_their_iqr():
+    from harness.stats import Interval, median_iqr
+
+    steps = [0.010, 0.012, 0.011, 0.020, 0.013]
+    a = record(step=0.012, **{"tokens_per_step": Metric(64, "tokens")})
+    a.history = {"step_time_s": steps}
+    b = record(seed=1, step=0.5, **{"tokens_per_step": Metric(64, "tokens")})
+    b.history = {"step_time_s": [0.5, 0.6]}
+    t = records_to_table([a, b], group_by=("algorithm", "seed"))
+    rows = t.row_dicts()
+    assert rows[0]["step_time_s"] == median_iqr(steps) and rows[0]["step_time_s"].value == 0.012
+    tp = rows[0]["throughput_tokens_per_s"]
+    assert isinstance(tp, Interval) and tp.value == pytest.approx(64 / 0.012)
+    assert tp.lo == pytest.approx(64 / median_iqr(steps).hi) and tp.hi == pytest.approx(64 / median_iqr(steps).lo)
+    assert rows[1]["step_time_s"] == Interval(0.55, 0.525, 0.575)
+    assert "12.0 ms [11.0, 13.0]" in render(t, "md")
+    # records from before the per-step times were kept: the bare value, no invented spread
+    old = records_to_table([record()])
+    assert old.row_dicts()[0]["step_time_s"] == 0.0125
+    assert all(c.spread is None for c in old.columns)

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import importlib
 import io
+import re
 
 import pytest
 from rich.cells import cell_len
@@ -69,6 +70,9 @@ class _Record:
         self.per_rank = [{"rank": r, "metrics": _Metrics()} for r in range(cfg.world_size)]
 
 
+BUILT_CLAIMS: list = []  # the claims the main job's experiments registered (filled by the fixture)
+
+
 @pytest.fixture(scope="module")
 def main_job_tables(tmp_path_factory):
     out = tmp_path_factory.mktemp("exports")
@@ -88,6 +92,7 @@ def main_job_tables(tmp_path_factory):
             assert built, f"{name} built no table"
             tables += built
         tables.append(claims_mod.claims_table(list(claims_mod._CLAIMS)))
+        BUILT_CLAIMS[:] = claims_mod._CLAIMS
     finally:
         mp.undo()
         claims_mod._CLAIMS.clear()
@@ -130,3 +135,43 @@ def test_long_labels_and_many_columns(width):
     huge = Table("one huge label", [Column("k", "key"), Column("v", "value", "s")],
                  [dict(k="x" * 64, v=0.123456)])
     _assert_whole(huge, width)
+
+
+# ---------------------------------------------------------------------------- issue 14: times with spread
+
+TIMED = re.compile(r"\btime\b|speed-up|throughput|(?<!\w)s/step|/ epoch|achievable", re.IGNORECASE)
+
+
+def test_main_job_times_carry_their_interval(main_job_tables):
+    """Every column of the main job's tables that shows a time (seconds, a rate per second, or a ratio
+    of times: a speed-up, a throughput ratio) holds value [lo, hi] cells and says what the brackets
+    are; the paper's numbers, given without spread, are exempt."""
+    from harness.experiments.runner import timed_columns_without_spread
+    from harness.stats import Interval
+
+    seen = 0
+    for table in main_job_tables:
+        assert timed_columns_without_spread(table) == [], table.title
+        for j, c in enumerate(table.columns):
+            timed = c.is_time or bool(TIMED.search(c.header))
+            if not timed or "paper" in (c.key + c.header).lower() or c.key in ("quote", "criterion", "how"):
+                continue
+            assert c.spread, f"{table.title!r}: column {c.header!r} shows a time without its interval"
+            cells = [r[j] for r in table.rows if r[j] is not None]
+            assert cells and all(isinstance(v, Interval) for v in cells), (table.title, c.header)
+            assert all(" [" in s and s.endswith("]") for s in (c.format(v) for v in cells)), (table.title, c.header)
+            assert any(c.spread in n for n in table.display_notes()), (table.title, c.header)
+            seen += 1
+    assert seen >= 15  # step times, throughputs, speed-ups and phases of six experiments
+
+
+def test_main_job_timed_claims_are_decided_by_their_interval(main_job_tables):
+    """The claims whose measure is a time (DistZO2's speed-ups, Protocol's throughput) carry an
+    interval and a threshold, and an interval covering the threshold is never a verdict."""
+    timed = [c for c in BUILT_CLAIMS if any(w in c.criterion.lower() for w in ("speed-up", "tokens/s", "throughput"))]
+    assert {c.paper for c in timed} == {"DistZO2", "Protocol Models"} and len(timed) >= 3
+    for c in timed:
+        assert c.interval is not None and c.threshold is not None, c.criterion
+        if c.interval.covers(c.threshold):
+            assert c.outcome == claims_mod.NOT_MEASURABLE and "within noise" in c.how, c
+        assert c.ours.endswith("]") and " [" in c.ours, c.ours

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import math
 import os
+import re
 import struct
 import subprocess
 import sys
@@ -39,6 +40,7 @@ from algorithms.codecs._core import (
 )
 from harness.comm import CommError, ThreadsWorld
 from harness.comm.base import FRAME_END, FRAME_MAGIC, tag_hash
+from harness.comm.torchdist import BODY_SLACK, HEADER_SLACK
 
 from ._gloo import run_gloo
 
@@ -114,8 +116,10 @@ _GLOO_CASES = (
     ("oversize", [_header(2**40)]),
     ("bad magic", [_header(3, magic=b"ab")]),
     ("short body", [_header(300), bytes(100) + FRAME_END]),
-    ("long body", [_header(3), b"abc" + FRAME_END + bytes(500)]),
+    ("long body", [_header(3), b"abc" + FRAME_END + bytes(BODY_SLACK)]),  # the most gloo lets us see
     ("no end marker", [_header(3), b"abcde"]),
+    ("a body where a header is due", [b"abc" * 100 + FRAME_END]),
+    ("long header, the most gloo lets us see", [_header(3) + bytes(HEADER_SLACK)]),
 )
 
 
@@ -138,6 +142,15 @@ def _gloo_hostile(comm):
         comm.send(torch.arange(5, dtype=torch.uint8), 0)
     else:
         out.append(comm.recv(1).tolist())
+    # a Comm whose maximum frame is far above this machine's memory: the receive
+    # buffer follows the announced size, so nothing of the maximum is reserved
+    from harness.comm.torchdist import TorchDistComm
+
+    huge = TorchDistComm("gloo", timeout_s=comm.timeout_s, max_frame_bytes=1 << 62)
+    if comm.rank == 1:
+        huge.send(torch.arange(300, dtype=torch.int16).view(torch.uint8), 0)
+    else:
+        out.append(huge.recv(1).view(torch.int16).tolist() == list(range(300)))
     return out
 
 
@@ -146,7 +159,74 @@ def test_gloo_malformed_frames_are_comm_errors_not_aborts():
     res = run_gloo(2, _gloo_hostile, timeout_s=30)[0]
     for (name, _), msg in zip(_GLOO_CASES, res, strict=False):
         assert "rank 1" in msg and "rank 0" in msg, (name, msg)
-    assert res[-1] == [0, 1, 2, 3, 4]
+    assert res[len(_GLOO_CASES):] == [[0, 1, 2, 3, 4], True]
+
+
+def _gloo_too_long(comm):
+    import torch.distributed as dist
+
+    if comm.rank == 1:
+        dist.send(torch.frombuffer(bytearray(_header(3)), dtype=torch.uint8), 0)
+        dist.send(torch.zeros(3 + len(FRAME_END) + BODY_SLACK + 1, dtype=torch.uint8), 0)
+    else:
+        comm.recv(1)
+    return "not reached on rank 0"
+
+
+@pytest.mark.gloo
+def test_gloo_still_aborts_on_a_message_longer_than_its_buffer():
+    # The limit the torchdist docstring admits: a peer that does not follow the
+    # protocol can send more than the buffer posted for it, and gloo then ends
+    # the receiving process (SIGABRT) where no Python code can catch it.  Should
+    # gloo ever report it instead, this fails and the docstring must change.
+    from harness.comm import RankFailed
+
+    with pytest.raises(RankFailed, match=r"rank 0 failed: process died \(exit code -6\)"):
+        run_gloo(2, _gloo_too_long, timeout_s=30)
+
+
+# ---- max_frame_bytes, the run option, on a real run ---------------------------------
+def _limited(backend: str, max_frame_bytes: int):
+    from harness.launcher import run
+    from harness.registry import make_config
+
+    return run(make_config("pipeline-sgd", world_size=2, backend=backend, steps=1, batch_size=2, seq_len=8,
+                           micro_batches=1, max_frame_bytes=max_frame_bytes))
+
+
+_TOO_BIG = re.compile(r"message of (\d+) bytes to rank \d exceeds the maximum frame size (\d+) "
+                      r"\(raise it with --max-frame-bytes")
+
+
+def test_threads_run_ends_on_a_message_above_max_frame_bytes_and_the_limit_is_exact():
+    from harness.comm import RankFailed
+
+    with pytest.raises(RankFailed) as e:
+        _limited("threads", 1024)
+    m = _TOO_BIG.search(str(e.value))
+    assert m and int(m.group(2)) == 1024 and int(m.group(1)) > 1024 and "\n" not in str(e.value), str(e.value)
+    # the run's value is what the Comm enforces: raised to the largest message it
+    # passes, one byte less fails on that message
+    limit = int(m.group(1))
+    for _ in range(8):
+        try:
+            rec = _limited("threads", limit)
+            break
+        except RankFailed as again:
+            limit = int(_TOO_BIG.search(str(again)).group(1))
+    assert rec.config["max_frame_bytes"] == limit
+    with pytest.raises(RankFailed, match=f"message of {limit} bytes .* maximum frame size {limit - 1} "):
+        _limited("threads", limit - 1)
+
+
+@pytest.mark.gloo
+def test_gloo_run_ends_on_a_message_above_max_frame_bytes():
+    from harness.comm import RankFailed
+
+    with pytest.raises(RankFailed) as e:
+        _limited("gloo", 1024)
+    m = _TOO_BIG.search(str(e.value))
+    assert m and int(m.group(2)) == 1024 and int(m.group(1)) > 1024 and "\n" not in str(e.value), str(e.value)
 
 
 # ============================================================================ payloads

@@ -5,9 +5,9 @@ Built on the same API a user imports (``harness.registry.make_config``,
 the composition root: the only module outside ``harness.experiments`` that
 imports it (see ARCHITECTURE.md).  Every
 bad input ends with one line on stderr and exit status 2, before any rank
-starts.  ``--help``, ``list algorithms`` and ``describe`` import neither torch
-nor any algorithm: they read :mod:`harness.catalog`; everything heavier is
-imported inside the command that needs it.
+starts.  ``--help``, ``list`` and ``describe`` import neither torch nor any
+algorithm or experiment: they read :mod:`harness.catalog`; everything heavier
+is imported inside the command that needs it.
 """
 
 from __future__ import annotations
@@ -41,7 +41,8 @@ def _console():
 def cmd_list(args) -> int:
     from rich.table import Table
 
-    from .catalog import load, world_rule
+    from .catalog import load, load_data, load_experiments, load_models, world_rule
+    from .sources import versioned_source
 
     con = _console()
     what = args.what
@@ -53,34 +54,27 @@ def cmd_list(args) -> int:
             t.add_row(name, e["family"], world_rule(e), e["summary"])
         con.print(t)
     if what in ("all", "models"):
-        from .models import PRESETS  # imports torch and transformers (the presets build HF configs)
-
         t = Table(title="models")
         for c in ("name", "family", "blocks", "d_model", "ffn", "activation", "vocab"):
             t.add_column(c)
-        for name, p in PRESETS.items():
-            t.add_row(name, p.family, str(p.num_blocks), str(p.d_model), str(p.ffn_dim), p.activation,
-                      str(p.vocab_size))
+        for name, m in load_models().items():
+            t.add_row(name, m["family"], str(m["num_blocks"]), str(m["d_model"]), str(m["ffn_dim"]),
+                      m["activation"], str(m["vocab_size"]))
         con.print(t)
     if what in ("all", "data"):
-        from .data import DATASETS, get_dataset
-
         t = Table(title="data")
         for c in ("name", "kind", "source"):
             t.add_column(c)
-        for name in DATASETS:
-            ds = get_dataset(name)
-            t.add_row(name, ds.kind, ds.source)
+        for name, d in load_data().items():
+            t.add_row(name, d["kind"], versioned_source(d["source"], d["package"]))
         con.print(t)
     if what in ("all", "experiments"):
-        from .experiments import all_experiments
-
         t = Table(title="experiments (commbench reproduce NAME)")
         t.add_column("name")
         t.add_column("in 'all'")
         t.add_column("what")
-        for exp in all_experiments():
-            t.add_row(exp.name, "yes" if exp.paper else "by name", exp.summary)
+        for exp in load_experiments():
+            t.add_row(exp["name"], "yes" if exp["paper"] else "by name", exp["summary"])
         con.print(t)
     return 0
 
@@ -168,7 +162,7 @@ def build_config(args):
     base = dict(model=args.model, data=args.data, world_size=world, backend=args.backend,
                 steps=args.steps, seed=args.seed, net=args.net, bandwidth=args.bandwidth,
                 latency_ms=args.latency_ms, timeout_s=args.timeout, metered=not args.no_meter,
-                max_run_time_s=args.max_run_time)
+                max_run_time_s=args.max_run_time, max_frame_bytes=args.max_frame_bytes)
     base = {k: v for k, v in base.items() if v is not None}
     if args.net == "netns" and args.backend is None:
         base["backend"] = "gloo"  # namespaces hold processes; threads cannot be split across them
@@ -345,7 +339,7 @@ def make_parser() -> argparse.ArgumentParser:
     sub.required = True
 
     ls = sub.add_parser("list", help="algorithms, models, data and experiments",
-                        description="list what can be run; 'list algorithms' starts without torch")
+                        description="list what can be run (read from the catalog, without torch)")
     ls.add_argument("what", nargs="?", default="all",
                     choices=("all", "algorithms", "models", "data", "experiments"),
                     help="which table to show (default: %(default)s)")
@@ -387,6 +381,9 @@ def make_parser() -> argparse.ArgumentParser:
                    help=f"seconds any communication may wait (default: {d['timeout_s']:g})")
     r.add_argument("--max-run-time", type=_finite("seconds", 0, strict=True), metavar="SECONDS",
                    help="stop the run after this many seconds (default: no limit)")
+    r.add_argument("--max-frame-bytes", type=int, metavar="BYTES",
+                   help="largest message a rank sends or accepts; a larger one ends the run with an "
+                        f"error naming it (default: {d['max_frame_bytes']})")
     r.add_argument("--no-meter", action="store_true", help="disable byte metering (overhead baseline)")
     r.add_argument("--quiet", action="store_true", help="no progress bar and no table, only the result path")
     r.set_defaults(fn=cmd_run)

@@ -40,6 +40,14 @@ LIMITS = {
 }
 MAX_TOKENS_PER_STEP = 1 << 20  # batch_size * seq_len: ~1M tokens of logits per step
 
+# The largest point-to-point payload a rank sends or accepts (the frame protocol
+# of harness/comm/base.py).  The default is the Comm's DEFAULT_MAX_FRAME_BYTES,
+# repeated here because this module must load without torch (the CLI's --help);
+# checks/test_wire_hostile.py keeps the two equal.  Below 1 KiB not even a codec
+# header with a small tensor fits; above 1 TiB a frame is no longer a message.
+DEFAULT_MAX_FRAME_BYTES = 1 << 30
+MAX_FRAME_BYTES_RANGE = (1 << 10, 1 << 40)
+
 
 def limits_on() -> bool:
     return os.environ.get(LIMITS_ENV, "on").lower() not in ("off", "0", "no", "false")
@@ -129,6 +137,9 @@ class RunConfig:
     # Fault injection for failure-handling checks: "RANK@STEP" raises in that
     # rank at that step; "RANK@STEP:exit" makes the process die abruptly.
     inject_fault: str | None = None
+    # Largest point-to-point message (payload bytes) a rank sends or accepts: a
+    # larger one is refused by its sender, a frame announcing one by its receiver.
+    max_frame_bytes: int = DEFAULT_MAX_FRAME_BYTES
     params: Any = field(default_factory=NoParams)
 
     def __post_init__(self):
@@ -144,8 +155,8 @@ class RunConfig:
         need(self.batch_size >= 1, f"batch_size must be >= 1, got {self.batch_size}")
         need(self.seq_len >= 2, f"seq_len must be >= 2, got {self.seq_len}")
         need(self.micro_batches >= 1, f"micro_batches must be >= 1, got {self.micro_batches}")
-        need(self.batch_size % self.micro_batches == 0,
-             f"batch_size {self.batch_size} is not divisible by micro_batches {self.micro_batches}")
+        # batch_size % micro_batches is the rule of the families that split a batch
+        # (pipeline, protocol: micro_batch_problem in algorithms/pipeline/local.py)
         need(self.dtype in DTYPES, f"dtype must be one of {', '.join(DTYPES)}, got {self.dtype!r}")
         need(math.isfinite(self.timeout_s) and self.timeout_s > 0,
              f"timeout_s must be a finite number of seconds > 0, got {self.timeout_s}")
@@ -155,6 +166,9 @@ class RunConfig:
                                              and not isinstance(self.max_run_time_s, bool)
                                              and 0 < self.max_run_time_s < float("inf")),
              f"max_run_time_s must be a finite number of seconds > 0, got {self.max_run_time_s!r}")
+        lo, hi = MAX_FRAME_BYTES_RANGE
+        need(type(self.max_frame_bytes) is int and lo <= self.max_frame_bytes <= hi,
+             f"max_frame_bytes must be an integer number of bytes in {lo}..{hi}, got {self.max_frame_bytes!r}")
         need(self.threads_per_rank >= 1, "threads_per_rank must be >= 1")
         need(self.seed >= 0, "seed must be >= 0")
         need(self.memory in MEMORY_METERS,
@@ -205,6 +219,55 @@ def _jsonable(v):
     if isinstance(v, (list, tuple)):
         return [_jsonable(x) for x in v]
     return v
+
+
+def _from_json(value, tp, key: str):
+    """A JSON value as the declared type ``tp``; a value of another type is a ConfigError
+    (an int is taken for a float, a list for a tuple; nothing else is coerced)."""
+    origin = typing.get_origin(tp)
+    if origin in (typing.Union, types.UnionType):
+        if value is None and type(None) in typing.get_args(tp):
+            return None
+        return _from_json(value, next(a for a in typing.get_args(tp) if a is not type(None)), key)
+    if origin is tuple or tp is tuple:
+        if not isinstance(value, list):
+            raise ConfigError(f"config field {key}: expected a list, got {type(value).__name__}")
+        inner = (typing.get_args(tp) or (str,))[0]
+        return tuple(_from_json(v, inner, key) for v in value)
+    if tp is float and isinstance(value, int) and not isinstance(value, bool):
+        value = float(value)
+    if tp in (bool, int, float, str) and (type(value) is not tp):
+        raise ConfigError(f"config field {key}: expected {tp.__name__}, got {type(value).__name__} {value!r}")
+    return value
+
+
+def split_config_dict(d) -> tuple[str, dict, dict]:
+    """``RunConfig.to_dict()`` read back (e.g. from JSON): (algorithm, run fields, params dict),
+    each run field checked against its declared type; unknown or missing keys are ConfigErrors.
+    The caller builds the RunConfig from them, so the values pass its validation too."""
+    if not isinstance(d, dict):
+        raise ConfigError(f"a run config must be a JSON object, got {type(d).__name__}")
+    hints = typing.get_type_hints(RunConfig)
+    unknown = sorted(set(d) - set(hints))
+    if unknown:
+        raise ConfigError(f"run config has unknown fields: {', '.join(map(str, unknown))}")
+    missing = [k for k in ("algorithm", "params") if k not in d]
+    if missing:
+        raise ConfigError(f"run config lacks {', '.join(missing)}")
+    algorithm = _from_json(d["algorithm"], str, "algorithm")
+    if not isinstance(d["params"], dict):
+        raise ConfigError(f"config field params: expected an object, got {type(d['params']).__name__}")
+    run = {k: _from_json(v, hints[k], k) for k, v in d.items() if k not in ("algorithm", "params")}
+    return algorithm, run, dict(d["params"])
+
+
+def params_from_dict(params_cls: type, d: dict) -> dict:
+    """An algorithm's parameter fields from JSON, each checked against its declared type."""
+    hints = typing.get_type_hints(params_cls) if dataclasses.is_dataclass(params_cls) else {}
+    unknown = sorted(set(d) - set(hints))
+    if unknown:
+        raise ConfigError(f"run config params have unknown fields: {', '.join(map(str, unknown))}")
+    return {k: _from_json(v, hints[k], k) for k, v in d.items()}
 
 
 def _parse_value(text: str, tp, key: str):

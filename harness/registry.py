@@ -14,7 +14,15 @@ import importlib
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from .config import ConfigError, NoParams, RunConfig, check_finite_params, did_you_mean
+from .config import (
+    ConfigError,
+    NoParams,
+    RunConfig,
+    check_finite_params,
+    did_you_mean,
+    params_from_dict,
+    split_config_dict,
+)
 
 
 @dataclass(frozen=True)
@@ -103,3 +111,12 @@ def make_config(algorithm: str, **overrides) -> RunConfig:
     cfg = RunConfig(algorithm=algorithm, params=params if params is not None else spec.params(), **overrides)
     spec.validate(cfg)
     return cfg
+
+
+def config_from_dict(d) -> RunConfig:
+    """The RunConfig that ``RunConfig.to_dict()`` wrote (e.g. as JSON), validated as
+    ``make_config`` validates a new one: the launcher hands its ranks their config
+    this way, so no rank unpickles anything."""
+    algorithm, run, params = split_config_dict(d)
+    spec = get_algorithm(algorithm)
+    return make_config(algorithm, params=params_from_dict(spec.params, params), **run)

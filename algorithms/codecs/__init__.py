@@ -9,7 +9,7 @@ strings with :func:`make_codec`:
 spec                       codec
 =========================  ==================================================
 ``identity``               raw bytes of the input dtype (bit-exact)
-``fp32`` ``fp16``          cast to the wire dtype and back
+``fp32`` ``fp16``          cast to the transmit dtype and back
 ``bf16`` ``fp64``
 ``qstoch:bits=B``          unbiased stochastic quantiser (double quantisation)
 ``qchannel:bits=B``        per-channel absmax fixpoint quantiser + sparse body

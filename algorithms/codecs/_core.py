@@ -62,7 +62,7 @@ FAMILY_NATURAL = 32  # natural compression's long-standing id, inside register_c
 
 # size P of the parameter block per family
 PARAM_SIZES: dict[int, int] = {
-    FAMILY_DENSE: 1,  # wire dtype code
+    FAMILY_DENSE: 1,  # transmit dtype code
     FAMILY_QSTOCH: 5,  # bits u8, delta f32
     FAMILY_QCHANNEL: 7,  # bits u8, flags u8, format u8, k u32
     FAMILY_SPARSE: 7,  # value bits u8 (0 = raw dtype), flags u8, format u8, k u32

@@ -51,6 +51,7 @@ from __future__ import annotations
 import math
 import struct
 from dataclasses import dataclass
+from typing import Self
 
 import numpy as np
 import torch
@@ -95,15 +96,25 @@ FLT32_MIN_NORMAL = 2.0**-126
 FLT32_MAX = float(torch.finfo(torch.float32).max)
 
 
+# The qstoch grid's code widths: L = 2**(b-1) - 1 >= 1 needs b >= 2; the float32 sampler plan
+# covers b <= 16 (module docstring).  qstoch and sparse-qstoch share it (_QStochBits).
+QSTOCH_BITS = (2, 16)
+
+
+def _check_bits(codec: str, bits: int, lo: int, hi: int) -> int:
+    if not lo <= bits <= hi:
+        raise CodecError(f"{codec}: bits={bits} out of range {lo}..{hi}")
+    return bits
+
+
 def _parse_bits(codec: str, opts: dict[str, str], default: int, lo: int, hi: int) -> int:
+    """Pop the ``bits`` option of a spec string (``default`` when absent) and check its range."""
     raw = opts.pop("bits", str(default))
     try:
         bits = int(raw)
     except ValueError:
         raise CodecError(f"{codec}: bits={raw!r} is not an integer") from None
-    if not lo <= bits <= hi:
-        raise CodecError(f"{codec}: bits={bits} out of range {lo}..{hi}")
-    return bits
+    return _check_bits(codec, bits, lo, hi)
 
 
 # =========================================================================== qstoch
@@ -142,8 +153,7 @@ class _QScale:
 
 
 def _qstoch_scale(x: torch.Tensor, bits: int) -> _QScale:
-    if not 2 <= bits <= 16:
-        raise CodecError(f"qstoch: bits={bits} out of range 2..16")
+    _check_bits("qstoch", bits, *QSTOCH_BITS)
     plan = _qstoch_plan(x.dtype, bits)
     L = 2 ** (bits - 1) - 1
     offset = 3 * 2 ** (plan.E - 1) + 2 ** (bits - 1)
@@ -229,7 +239,45 @@ def qstoch_paper_mse(x: torch.Tensor, bits: int) -> float:
     return float(delta**2 * (f * (1 - f)).sum())
 
 
-class QStochCodec(Codec):
+class _QStochBits(Codec):
+    """What ``qstoch`` and ``sparse-qstoch`` share: the ``bits`` option of the qstoch grid
+    (``QSTOCH_BITS``, default 4) parsed and checked in one place, the spec string, the input
+    check, and the contraction bound (sparse-qstoch's error is within qstoch's for ``n``
+    coordinates, its zeros being exact)."""
+
+    unbiased = True
+    stochastic = True
+
+    def __init__(self, bits: int = 4):
+        self.bits = _check_bits(self.name, bits, *QSTOCH_BITS)
+
+    @classmethod
+    def from_options(cls, opts: dict[str, str]) -> Self:
+        return cls(_parse_bits(cls.name, opts, 4, *QSTOCH_BITS))
+
+    def spec(self) -> str:
+        return f"{self.name}:bits={self.bits}"
+
+    def contraction_bound(self, numel: int) -> float | None:
+        L = 2 ** (self.bits - 1) - 1
+        d = max(1, numel)
+        return math.sqrt(min(d / (4 * L * L), math.sqrt(d) / L))
+
+    def _check(self, x: torch.Tensor) -> torch.Tensor:
+        x = check_input(x, FLOAT_DTYPES, self.name)
+        check_finite(x, self.name)
+        return x
+
+    def _certain_law(self, x: torch.Tensor) -> QStochLaw | None:
+        """The codes' law on ``x`` when no code is random (else None: not lossless)."""
+        try:
+            law = qstoch_law(x, self.bits)
+        except CodecError:
+            return None
+        return None if bool((law.p != 0).any()) else law
+
+
+class QStochCodec(_QStochBits):
     """Unbiased stochastic ``b``-bit quantiser of the double-quantisation paper (``"qstoch:bits=B"``).
 
     ``δ = ‖x‖∞/(2**(b-1)-1)``, codes ``k ∈ [-L, L]`` (see the module docstring
@@ -246,30 +294,6 @@ class QStochCodec(Codec):
 
     family = FAMILY_QSTOCH
     name = "qstoch"
-    unbiased = True
-    stochastic = True
-
-    def __init__(self, bits: int = 4):
-        if not 2 <= bits <= 16:
-            raise CodecError(f"qstoch: bits={bits} out of range 2..16")
-        self.bits = bits
-
-    @classmethod
-    def from_options(cls, opts: dict[str, str]) -> QStochCodec:
-        return cls(_parse_bits("qstoch", opts, 4, 2, 16))
-
-    def spec(self) -> str:
-        return f"qstoch:bits={self.bits}"
-
-    def contraction_bound(self, numel: int) -> float | None:
-        L = 2 ** (self.bits - 1) - 1
-        d = max(1, numel)
-        return math.sqrt(min(d / (4 * L * L), math.sqrt(d) / L))
-
-    def _check(self, x: torch.Tensor) -> torch.Tensor:
-        x = check_input(x, FLOAT_DTYPES, "qstoch")
-        check_finite(x, "qstoch")
-        return x
 
     def encoded_nbytes(self, x: torch.Tensor) -> int:
         x = self._check(x)
@@ -281,11 +305,8 @@ class QStochCodec(Codec):
 
     def is_lossless_on(self, x: torch.Tensor) -> bool:
         x = self._check(x)
-        try:
-            law = qstoch_law(x, self.bits)
-        except CodecError:
-            return False
-        if bool((law.p != 0).any()):
+        law = self._certain_law(x)
+        if law is None:
             return False
         return bool(
             torch.equal(
@@ -330,7 +351,7 @@ class QStochCodec(Codec):
     @classmethod
     def decode_body(cls, data: torch.Tensor, hdr: Header) -> torch.Tensor:
         b, delta = struct.unpack("<Bf", hdr.params)
-        if not 2 <= b <= 16:
+        if not QSTOCH_BITS[0] <= b <= QSTOCH_BITS[1]:
             raise CodecError(f"corrupted header: qstoch bits={b}")
         if hdr.dtype not in FLOAT_DTYPES:
             raise CodecError(f"corrupted header: qstoch payload for dtype {hdr.dtype}")

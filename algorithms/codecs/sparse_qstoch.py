@@ -32,20 +32,17 @@ import torch
 from ._core import (
     FAMILY_SPARSE_QSTOCH,
     FLOAT_DTYPES,
-    Codec,
     CodecError,
     Header,
     Payload,
     build_header,
     check_body_length,
-    check_finite,
-    check_input,
     header_nbytes,
     log2_binom,
     make_payload,
 )
 from .bitpack import pack_bits, packed_nbytes, unpack_bits
-from .quant import FLT32_MAX, FLT32_MIN_NORMAL, QStochCodec, _parse_bits, qstoch_law
+from .quant import FLT32_MAX, FLT32_MIN_NORMAL, QSTOCH_BITS, _QStochBits, qstoch_law
 
 PARAMS = struct.Struct("<BfI")  # B, δ, nnz
 
@@ -70,33 +67,11 @@ def _values(codes: torch.Tensor, bits: int, delta: float, dtype: torch.dtype) ->
     return ((codes - 2 ** (bits - 1)).to(torch.float64) * delta).to(dtype)
 
 
-class SparseQStochCodec(Codec):
+class SparseQStochCodec(_QStochBits):
     """Sparse (index, ``B``-bit code) pairs of the nonzeros (``"sparse-qstoch:bits=B"``), ``2 <= B <= 16``."""
 
     family = FAMILY_SPARSE_QSTOCH
     name = "sparse-qstoch"
-    unbiased = True
-    stochastic = True
-
-    def __init__(self, bits: int = 4):
-        if not 2 <= bits <= 16:
-            raise CodecError(f"sparse-qstoch: bits={bits} out of range 2..16")
-        self.bits = bits
-
-    @classmethod
-    def from_options(cls, opts: dict[str, str]) -> SparseQStochCodec:
-        return cls(_parse_bits("sparse-qstoch", opts, 4, 2, 16))
-
-    def spec(self) -> str:
-        return f"sparse-qstoch:bits={self.bits}"
-
-    def contraction_bound(self, numel: int) -> float | None:
-        return QStochCodec(self.bits).contraction_bound(numel)
-
-    def _check(self, x: torch.Tensor) -> torch.Tensor:
-        x = check_input(x, FLOAT_DTYPES, self.name)
-        check_finite(x, self.name)
-        return x
 
     def _survivors(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         flat = x.reshape(-1)
@@ -117,11 +92,8 @@ class SparseQStochCodec(Codec):
         _, vals = self._survivors(x)
         if not vals.numel():
             return True
-        try:
-            law = qstoch_law(vals, self.bits)
-        except CodecError:
-            return False
-        if bool((law.p != 0).any()):
+        law = self._certain_law(vals)
+        if law is None:
             return False
         codes = law.k_lo + 2 ** (self.bits - 1)
         return bool(torch.equal(_values(codes, self.bits, law.delta, x.dtype), vals))
@@ -149,7 +121,7 @@ class SparseQStochCodec(Codec):
     def decode_body(cls, data: torch.Tensor, hdr: Header) -> torch.Tensor:
         b, delta, nnz = PARAMS.unpack(hdr.params)
         n = hdr.numel
-        if not 2 <= b <= 16:
+        if not QSTOCH_BITS[0] <= b <= QSTOCH_BITS[1]:
             raise CodecError(f"corrupted header: sparse-qstoch bits={b}")
         if hdr.dtype not in FLOAT_DTYPES:
             raise CodecError(f"corrupted header: sparse-qstoch payload for dtype {hdr.dtype}")

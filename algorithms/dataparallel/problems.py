@@ -35,21 +35,13 @@ PROBLEM_DATA = {"logreg-cancer": "sklearn-breast-cancer", "logreg-digits": "skle
                 "mlp-digits": "sklearn-digits"}
 
 
-def _sklearn_version() -> str:
-    try:
-        from importlib.metadata import version
-
-        return version("scikit-learn")
-    except Exception:  # noqa: BLE001 - only for the label
-        return "?"
-
-
 class _TableData(Dataset):
     """A real table shipped inside the scikit-learn wheel; the problems read it
     whole (``Problem``), so token batches do not apply."""
 
     kind = "real"
     modality = "table"
+    package = "scikit-learn"
 
     def batch(self, step, **kw):
         raise NotImplementedError(f"{self.name} is a feature table; use algorithms.dataparallel.problems")
@@ -58,14 +50,14 @@ class _TableData(Dataset):
 @register_dataset
 class BreastCancerData(_TableData):
     name = "sklearn-breast-cancer"
-    source = f"scikit-learn {_sklearn_version()} (load_breast_cancer, bundled)"
+    source_pattern = "scikit-learn {version} (load_breast_cancer, bundled)"
     description = "Wisconsin breast cancer, 569 x 30, binary (standardised)"
 
 
 @register_dataset
 class DigitsData(_TableData):
     name = "sklearn-digits"
-    source = f"scikit-learn {_sklearn_version()} (load_digits, bundled)"
+    source_pattern = "scikit-learn {version} (load_digits, bundled)"
     description = "handwritten digits, 1797 x 64 (8x8), 10 classes"
 
 

@@ -33,6 +33,7 @@ keyed by (seed, purpose, epoch, pull index), never by which process runs it.
 
 from __future__ import annotations
 
+import time
 from collections import Counter
 from dataclasses import dataclass, field
 
@@ -376,15 +377,19 @@ def simulate_epoch(master: Master, workers: list[Worker], s: int) -> None:
 
 
 def simulate(prob: Problem, setup: Setup, epochs: int, dtype: torch.dtype = torch.float64,
-             stop_below: float | None = None) -> Master:
-    """The deterministic simulator: the whole parameter server in this process."""
+             stop_below: float | None = None, epoch_times: list[float] | None = None) -> Master:
+    """The deterministic simulator: the whole parameter server in this process.  ``epoch_times``,
+    when given, receives each epoch's wall seconds (a time is shown with its spread)."""
     master = Master(prob, setup, dtype)
     workers = [Worker(prob, setup, w) for w in range(setup.workers)]
     threads = torch.get_num_threads()
     torch.set_num_threads(1)  # tiny ops: intra-op threads only add overhead (10x on a busy 2-core box)
     try:
         for s in range(epochs):
+            t0 = time.perf_counter()
             simulate_epoch(master, workers, s)
+            if epoch_times is not None:
+                epoch_times.append(time.perf_counter() - t0)
             if stop_below is not None and master.stats.bits_to(stop_below) is not None:
                 break
     finally:

@@ -18,6 +18,18 @@ from harness.data import get_dataset
 from harness.models import lm_loss
 
 
+def micro_batch_problem(cfg: RunConfig) -> str | None:
+    """The rule of every algorithm that splits a step's batch into ``micro_batches``
+    equal micro-batches (this loop and :func:`.engine.run_step`): the split must be
+    exact, or the last micro-batch would be smaller and the pipeline and its
+    one-process reference would weight samples differently.  Algorithms that do not
+    split (ZO, data-parallel) accept any batch size."""
+    if cfg.batch_size % cfg.micro_batches:
+        return (f"batch_size {cfg.batch_size} is not divisible by micro_batches {cfg.micro_batches} "
+                "(each step splits its batch into micro_batches equal micro-batches)")
+    return None
+
+
 def batch(cfg: RunConfig, step: int, device):
     """Step ``step``'s batch, the one every rank of a run reads."""
     ids, labels = get_dataset(cfg.data).batch(step, batch_size=cfg.batch_size, seq_len=cfg.seq_len,

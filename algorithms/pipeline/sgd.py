@@ -18,7 +18,7 @@ from harness.models import PRESETS, build_model, build_stage, max_stages
 from harness.registry import register
 
 from .engine import LinkCodecs, pipeline_step
-from .local import batch, train_local
+from .local import batch, micro_batch_problem, train_local
 
 CUTS = ("block", "ffn_act")
 
@@ -66,8 +66,10 @@ def pipeline_bytes_per_step(cfg: RunConfig) -> int:
 
 
 def _fits_model(cfg: RunConfig) -> str | None:
-    if cfg.model not in PRESETS:
-        return None  # the run reports the unknown model with the list of presets
+    """The micro-batch split, then the stages against the model's blocks."""
+    msg = micro_batch_problem(cfg)
+    if msg or cfg.model not in PRESETS:
+        return msg  # an unknown model: the run reports it with the list of presets
     blocks = PRESETS[cfg.model].num_blocks
     if cfg.world_size > max_stages(blocks, cfg.params.cut):
         return (f"{cfg.world_size} stages do not fit {cfg.model}, which has {blocks} blocks "
@@ -75,7 +77,7 @@ def _fits_model(cfg: RunConfig) -> str | None:
     return None
 
 
-@register("fo-sgd", family="pipeline", params=SGDParams, max_world=1,
+@register("fo-sgd", family="pipeline", params=SGDParams, max_world=1, check=micro_batch_problem,
           summary="first-order SGD on the unsplit model in one process (the reference)")
 def fo_sgd(ctx):
     cfg, p = ctx.cfg, ctx.params

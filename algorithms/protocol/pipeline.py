@@ -7,7 +7,7 @@ rank, tags ``"act"`` / ``"grad"``.  :class:`ProtocolBoundary` is the engine's
 boundary map; what crosses a boundary (spec §2.4, §2.5):
 
 * forward, two messages per micro-batch: ``C = (X - PE - T_fixed[ids]) U``
-  ([b, n, k] in the wire dtype) and the token ids ([b, n], the ``ids`` codec:
+  ([b, n, k] in the transmit dtype, parameter ``wire``) and the token ids ([b, n], the ``ids`` codec:
   1 byte each for a vocabulary up to 256, 2 up to 65 536, else 4).  The receiver rebuilds
   ``X = C Uᵀ + PE + T_fixed[ids]`` exactly;
 * backward, one message: ``∂L/∂C = G U`` ([b, n, k]); autograd of the
@@ -32,7 +32,7 @@ from algorithms.codecs import make_codec
 from algorithms.codecs.channel import Channel
 from algorithms.codecs.ids import id_nbytes
 from algorithms.pipeline.engine import Arrival, Boundary, LinkCodecs, StageLinks, run_step
-from algorithms.pipeline.local import batch, train_local
+from algorithms.pipeline.local import batch, micro_batch_problem, train_local
 from harness.config import RunConfig
 from harness.models import PRESETS, build_model, build_stage, family_spec, max_stages
 from harness.registry import register
@@ -56,7 +56,7 @@ class ProtocolParams:
     grassmann_eta: float = 0.25  # η0; the step is η0 / λmax(S)
     fixed_std: float = 0.02  # std of the frozen T_fixed and PE_fixed tables
     basis_seed: int = 0  # U = QR(N(0,1)) from (seed, basis_seed)
-    wire: str = "auto"  # dtype of C on the wire; auto: the run dtype (lossless)
+    wire: str = "auto"  # transmit dtype of C; auto: the run dtype (lossless)
 
     def __post_init__(self):
         def need(cond, msg):
@@ -90,7 +90,7 @@ class CentralParams(ProtocolParams):
 
 # --------------------------------------------------------------------------- set-up
 def _check(cfg: RunConfig) -> str | None:
-    msg = residual_problem(cfg.model)
+    msg = micro_batch_problem(cfg) or residual_problem(cfg.model)
     if msg:
         return msg
     pr, p = PRESETS[cfg.model], cfg.params

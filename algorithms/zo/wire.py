@@ -86,9 +86,9 @@ def sparse_body_nbytes(n: int, k: int, vbits: int, fmt: str = "auto") -> int:
     return min(sizes.values()) if fmt == "auto" else sizes[fmt]
 
 
-def dense_nbytes(shape: tuple[int, ...], wire_itemsize: int) -> int:
+def dense_nbytes(shape: tuple[int, ...], transmit_itemsize: int) -> int:
     """Dense codec: ``h0 = 15 + 4 ndim`` (body CRC on) plus the values."""
-    return header_nbytes(len(shape), FAMILY_DENSE) + math.prod(shape) * wire_itemsize
+    return header_nbytes(len(shape), FAMILY_DENSE) + math.prod(shape) * transmit_itemsize
 
 
 def labels_nbytes(shape: tuple[int, ...], vocab_size: int) -> int:
@@ -115,10 +115,10 @@ def act_nnz(a: torch.Tensor, bits: int | None, signed: str | bool | None = "auto
 
 
 def residual_nbytes(shape: tuple[int, ...], codec: Codec, run_itemsize: int) -> int:
-    wire = getattr(codec, "wire", None)
     if getattr(codec, "name", "") not in ("identity", "fp32", "fp16", "bf16", "fp64"):
         raise ValueError(f"no closed form for residual codec {codec.spec()}")
-    return dense_nbytes(shape, run_itemsize if wire is None else torch.empty((), dtype=wire).element_size())
+    send = codec.transmit_dtype  # a DenseCodec's; None: the run dtype (identity)
+    return dense_nbytes(shape, run_itemsize if send is None else torch.empty((), dtype=send).element_size())
 
 
 def scalars_nbytes(P: int, world_size: int) -> int:

@@ -23,8 +23,9 @@ codec header
     id, dtype, shape, codec parameters, CRC; ``algorithms/codecs/_core.py``);
     part of the payload, not of the framing.
 transmit dtype
-    The dtype a codec carries values in (``fp16`` sends float16); older code
-    spells it "wire dtype" (``DenseCodec.wire``, Protocol's ``wire`` parameter).
+    The dtype a codec carries values in (``fp16`` sends float16;
+    ``DenseCodec.transmit_dtype``).  Protocol's ``wire`` parameter, a user-facing
+    run parameter kept for the records and the command line, names one too.
 message layout
     What an algorithm puts in its payloads and the closed form of their size:
     SparQ's ``algorithms/zo/wire.py`` and the parameter server's

@@ -69,10 +69,13 @@ def tag_hash(tag: str) -> int:
 # (16 framing bytes in all, FRAME_HEADER_BYTES).  Each ends in a fixed nonzero
 # byte pair, so a receiver that clears those two bytes before the transport
 # writes into its buffer sees a message that came up short: they are still zero.
-# The receiver checks n against the maximum frame size before it posts a buffer
-# for the body, so a hostile length allocates nothing.  Detecting a message that
-# is *longer* than announced is the backend's part (torchdist: guard bytes
-# after the expected end; threads: the length of the queued tensor).
+# The receiver checks n against the maximum frame size (max_frame_bytes, a run
+# option) before it allocates or posts a buffer for the body, so a hostile length
+# allocates nothing; a sender refuses a payload above it on its own side, so a
+# frame from a peer that follows the protocol never announces more.  Detecting a
+# message that is *longer* than announced is the backend's part (torchdist: guard
+# bytes after the expected end, and what gloo cannot catch; threads: the length
+# of the queued tensor).
 FRAME_MAGIC = b"\xcb\xf1"
 FRAME_END = b"\xcb\xe0"
 _FRAME_HEADER = struct.Struct("<IQ2s")
@@ -102,7 +105,7 @@ def parse_frame_header(raw: bytes, *, rank: int, src: int, taghash: int, max_fra
                         "the one received (the ranks' programs disagree)")
     if n > max_frame_bytes:
         raise CommError(f"rank {rank}: frame from rank {src} announces {n} bytes, more than "
-                        f"the maximum frame size {max_frame_bytes}")
+                        f"the maximum frame size {max_frame_bytes} (max_frame_bytes, --max-frame-bytes)")
     return n
 
 
@@ -240,7 +243,8 @@ class Comm(ABC):
             raise TypeError("Comm.send takes a serialized payload: a 1-D uint8 tensor")
         if data.numel() > self.max_frame_bytes:
             raise CommError(f"rank {self.rank}: message of {data.numel()} bytes to rank {dst} exceeds "
-                            f"the maximum frame size {self.max_frame_bytes} (max_frame_bytes)")
+                            f"the maximum frame size {self.max_frame_bytes} (raise it with "
+                            f"--max-frame-bytes or --set max_frame_bytes=...)")
         self._delay(1)
         self._pace("outgoing", data.numel(), FRAME_HEADER_BYTES)
         with self._waiting():

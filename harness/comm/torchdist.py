@@ -3,14 +3,35 @@
 One process per rank.  Point-to-point messages are framed (the frame protocol
 in ``base``: a 14-byte header with tag hash, length and magic, then the payload
 with a 2-byte end marker; an empty payload is the header alone), so a receiver needs no prior knowledge of the size
-and a protocol mismatch is caught, not decoded.  Gloo accepts a message shorter
-than the posted buffer (leaving its tail untouched) and aborts the process on a
-longer one, so every receive on CPU lands in one reusable scratch buffer of
-``max_frame_bytes`` plus guard bytes (address space only: pages are touched as
-bytes arrive): a short message leaves the cleared end marker zero, a long one
-overwrites the guard bytes after the expected end, and both are a CommError
-naming the peer.  Only a message longer than the whole scratch buffer still
-ends inside gloo.
+and a protocol mismatch is caught, not decoded.
+
+What gloo allows a receiver to check: it accepts a message shorter than the
+posted buffer (leaving the buffer's tail untouched) and aborts the whole
+process on a longer one (an enforce failure in its own thread, which no Python
+code can catch), and it does not say how many bytes arrived.  So every receive
+is posted with the size the protocol fixes plus slack bytes after it:
+
+* the header into a buffer of 14 + ``HEADER_SLACK`` bytes (one per Comm);
+* the body into a new buffer of exactly the length that header announced, once
+  the header passed its checks (magic, tag, ``n <= max_frame_bytes``), plus
+  2 end-marker bytes and ``BODY_SLACK`` bytes.
+
+The end-marker slot is cleared and guard bytes written after the expected end
+first: a short message leaves a zero in the marker, a long one (by at most the
+slack) changes the guard, and both are a CommError naming the peer.  A sender
+following the protocol never sends more than its header announced, and refuses
+a payload above ``max_frame_bytes`` itself (``Comm.send``), so gloo never sees a
+message longer than the buffer posted for it.  The receive buffer is sized by
+the announced length, never by ``max_frame_bytes``: memory is spent only on
+messages that arrive, and a large ``max_frame_bytes`` reserves nothing.
+
+What this cannot protect against is a peer that does not follow the protocol:
+a raw gloo message longer than the buffer posted for it (a body more than
+``BODY_SLACK`` bytes longer than its header said, or more than ``HEADER_SLACK``
+bytes arriving where a header is due) still ends the receiving process inside
+gloo; the launcher then reports that rank as dead without a report.  Gloo
+offers no way to learn a message's size before posting a buffer for it
+(``checks/test_wire_hostile.py`` pins this limit).
 Every wait is bounded by the Comm's timeout; a peer that died surfaces as a
 CommError within it (usually at once: gloo sees the closed connection), a
 wait that runs out as ``CommTimeout`` naming the stalled rank when the run
@@ -29,7 +50,6 @@ import os
 
 import torch
 import torch.distributed as dist
-from torch.utils._python_dispatch import _disable_current_modes
 
 from .base import (
     FRAME_END,
@@ -47,7 +67,13 @@ from .progress_board import Heartbeat
 # Control-plane gathers (rank outputs) larger than this are refused before
 # anything is allocated for them: a peer's declared size is not trusted.
 MAX_GATHER_BYTES = 1 << 34
-_GUARD = 8  # bytes after a message's expected end that must stay untouched
+# Bytes posted after a message's expected end: a longer message by up to this
+# many is a CommError, a longer one still aborts inside gloo (module docstring).
+# The body's slack is small because the received payload is a view of its buffer
+# (no copy), so the slack is part of what the tensor memory meter counts.
+HEADER_SLACK = 4096 - FRAME_HEADER_NBYTES
+BODY_SLACK = 64
+_GUARD = 8  # the first slack bytes, which must stay untouched
 _GUARD_BYTE = 0xA5
 _END = torch.frombuffer(bytearray(FRAME_END), dtype=torch.uint8)
 
@@ -85,7 +111,8 @@ class TorchDistComm(Comm):
         self.backend = backend
         self.device = torch.device("cuda", torch.cuda.current_device()) if backend == "nccl" else torch.device("cpu")
         self._timeout = _dt.timedelta(seconds=self.timeout_s)
-        self._buf: torch.Tensor | None = None  # receive scratch, reserved on first use
+        # the header's receive buffer, reused (allocated here, before any meter starts)
+        self._hbuf = torch.empty(FRAME_HEADER_NBYTES + HEADER_SLACK, dtype=torch.uint8, device=self.device)
         self._heartbeat = Heartbeat(self.board, self.rank) if self.board is not None else None
 
     @contextlib.contextmanager
@@ -122,42 +149,28 @@ class TorchDistComm(Comm):
             if data.numel():  # an empty payload is the header alone
                 self._wait(dist.isend(self._to_dev(body), dst), f"send to rank {dst}")
 
-    def _scratch(self, expect: int) -> torch.Tensor:
-        """A buffer for a message of ``expect`` bytes that also holds any longer one."""
-        if self.device.type != "cpu":  # device memory is not reserved lazily: exact size + guard
-            return torch.empty(expect + _GUARD, dtype=torch.uint8, device=self.device)
-        if self._buf is None:
-            self._buf = torch.empty(self.max_frame_bytes + FRAME_END_NBYTES + _GUARD, dtype=torch.uint8)
-        return self._buf
+    def _recv_message(self, buf: torch.Tensor, expect: int, src: int | None, what: str) -> int:
+        """Receive one transport message that should be ``expect`` bytes ending in a
+        nonzero marker into ``buf`` (``expect`` plus slack bytes); returns its source.
 
-    def _recv_message(self, expect: int, src: int | None, what: str) -> tuple[int, torch.Tensor]:
-        """One transport message that should be ``expect`` bytes ending in a nonzero marker.
-
-        Returns (source, buffer); the caller checks the marker in ``buffer[expect-2:expect]``.
-        The marker slot is cleared and guard bytes are written first, so a
-        short message leaves a zero there and a long one changes the guard.
+        The caller checks the marker in ``buf[expect-2:expect]``.  The marker slot is
+        cleared and guard bytes are written first, so a short message leaves a zero
+        there and a long one changes the guard.
         """
-        # The CPU scratch is address space reserved for the largest frame (max_frame_bytes, its
-        # pages touched only as far as a message reaches): no rank's tensor meter counts it, or
-        # every receiving rank's peak tensor bytes would carry max_frame_bytes.  What a rank
-        # keeps of a message is the copy _recv_body hands out, counted there.
-        with _disable_current_modes():
-            buf = self._scratch(expect)
-            buf[expect - 2: expect] = 0
-            buf[expect: expect + _GUARD] = _GUARD_BYTE
-            with self._guard(what):
-                work = dist.irecv(buf, src=src)
-                self._wait(work, what)
-                got = int(work._source_rank()) if src is None else src
-            if bool((buf[expect: expect + _GUARD] != _GUARD_BYTE).any()):
-                raise CommError(f"rank {self.rank}: message from rank {got} is longer than the "
-                                f"{expect} bytes its frame announced")
-        return got, buf
+        buf[expect - 2: expect] = 0
+        buf[expect: expect + _GUARD] = _GUARD_BYTE
+        with self._guard(what):
+            work = dist.irecv(buf, src=src)
+            self._wait(work, what)
+            got = int(work._source_rank()) if src is None else src
+        if bool((buf[expect: expect + _GUARD] != _GUARD_BYTE).any()):
+            raise CommError(f"rank {self.rank}: message from rank {got} is longer than the "
+                            f"{expect} bytes its frame announced")
+        return got
 
     def _recv_header(self, src: int | None, what: str) -> tuple[int, bytes]:
-        got, buf = self._recv_message(FRAME_HEADER_NBYTES, src, what)
-        with _disable_current_modes():  # the scratch stays out of the tensor meter (_recv_message)
-            return got, bytes(buf[:FRAME_HEADER_NBYTES].cpu().numpy())
+        got = self._recv_message(self._hbuf, FRAME_HEADER_NBYTES, src, what)
+        return got, bytes(self._hbuf[:FRAME_HEADER_NBYTES].cpu().numpy())
 
     def _recv_frame(self, src, taghash):
         _, header = self._recv_header(src, f"recv from rank {src}")
@@ -179,12 +192,15 @@ class TorchDistComm(Comm):
                                max_frame_bytes=self.max_frame_bytes)
         if n == 0:
             return torch.empty(0, dtype=torch.uint8)
-        _, buf = self._recv_message(n + FRAME_END_NBYTES, src, f"recv from rank {src}")
-        with _disable_current_modes():  # the scratch stays out of the tensor meter (_recv_message)
-            check_frame_end(bytes(buf[n: n + FRAME_END_NBYTES].cpu().numpy()), rank=self.rank, src=src, nbytes=n)
-            payload = buf[:n]
-        # the payload's own copy, counted by the receiving rank's meter
-        return payload.clone() if payload.device.type == "cpu" else payload.cpu()
+        try:  # the announced size, validated above; only now is memory spent on it
+            buf = torch.empty(n + FRAME_END_NBYTES + BODY_SLACK, dtype=torch.uint8, device=self.device)
+        except RuntimeError as e:
+            raise CommError(f"rank {self.rank}: cannot allocate {n} bytes for the frame from rank {src} "
+                            f"({str(e).splitlines()[0][:120]})") from e
+        self._recv_message(buf, n + FRAME_END_NBYTES, src, f"recv from rank {src}")
+        check_frame_end(bytes(buf[n: n + FRAME_END_NBYTES].cpu().numpy()), rank=self.rank, src=src, nbytes=n)
+        # the payload is a view of the receive buffer (no copy); on a GPU, a copy to the host
+        return buf[:n] if self.device.type == "cpu" else buf[:n].cpu()
 
     def _all_gather_raw(self, data):
         # Sizes first, so unequal contributions are an error rather than garbage.

@@ -17,6 +17,7 @@ from harness.config import parse_rate
 from harness.registry import make_config
 from harness.reporting import Column, Table, load_reference
 from harness.reporting.plots import note, plot_bandwidth
+from harness.stats import CI95, IQR, median_iqr, ratio_of_medians
 
 from .links import describe, link, shaping_path
 from .registry import experiment
@@ -47,6 +48,9 @@ def paper_numbers() -> tuple[dict, dict]:
     return speedup, vs_fastest
 
 
+_RATIO = f"ratio of median step times {CI95} resampling the steps of both runs"
+
+
 @experiment("bandwidth", "time per step vs shaped bandwidth (10 Mbit/s - 10 Gbit/s) for the uncompressed, "
                          "Clapping and Protocol pipelines, with payload bytes (and kernel wire bytes as root)")
 def bandwidth_sweep(scale: str, out_dir: Path, quiet: bool) -> list[Table]:
@@ -55,10 +59,10 @@ def bandwidth_sweep(scale: str, out_dir: Path, quiet: bool) -> list[Table]:
             Column("payload", "payload bytes/step", "bytes", False),
             Column("wire", "wire bytes/step (kernel)", "bytes", False),
             Column("wire_ratio", "wire / payload", "ratio", None, ".3f"),
-            Column("step", "step time (median)", "s", False),
-            Column("speedup", "speed-up over uncompressed", "ratio", True, ".2f"),
+            Column("step", "step time", "s", False, spread=f"{IQR} of the steps"),
+            Column("speedup", "speed-up over uncompressed", "ratio", True, ".2f", spread=_RATIO),
             Column("speedup_paper", "speed-up over uncompressed (paper)", "ratio", True, ".2f"),
-            Column("vs_fastest", f"throughput / uncompressed at {RATES[-1]}", "ratio", True, ".2f"),
+            Column("vs_fastest", f"throughput / uncompressed at {RATES[-1]}", "ratio", True, ".2f", spread=_RATIO),
             Column("vs_fastest_paper", "same (paper, vs centralised)", "ratio", True, ".3f")]
     path = shaping_path()
     shaper = "one namespace each, tc tbf" if path == "netns" else "user-space pacer"
@@ -73,15 +77,16 @@ def bandwidth_sweep(scale: str, out_dir: Path, quiet: bool) -> list[Table]:
                               params=params)
             rec = run_and_save(cfg, run_dir / f"{algo}-{rate}.json", quiet)
             m = {k: v.value for k, v in rec.metrics.items()}
+            times = rec.history["step_time_s"]
             if algo == "pipeline-sgd":
-                base[rate] = m["step_time_s"]
+                base[rate] = times
             rows.append(dict(method=label, bandwidth=rate, payload=m["payload_bytes_per_step"],
                              wire=m.get("wire_bytes_per_step"), wire_ratio=m.get("wire_to_payload_ratio"),
-                             step=m["step_time_s"], speedup=base[rate] / m["step_time_s"],
+                             step=median_iqr(times), speedup=ratio_of_medians([base[rate]], [times]),
                              speedup_paper=paper_speedup.get((algo, rate)),
-                             vs_fastest_paper=paper_vs_fastest.get((algo, rate))))
+                             vs_fastest_paper=paper_vs_fastest.get((algo, rate)), times=times))
     for row in rows:  # the uncompressed pipeline on the fastest link stands in for centralised
-        row["vs_fastest"] = base[RATES[-1]] / row["step"]
+        row["vs_fastest"] = ratio_of_medians([base[RATES[-1]]], [row.pop("times")])
     png = plot_bandwidth(rows, out_dir / "bandwidth.png", shaper)
     table = Table(title=title, columns=cols, rows=rows,
                   caption=f"{describe(path)}; wire bytes: the kernel's tx_bytes of every rank's interface "

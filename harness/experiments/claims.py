@@ -5,15 +5,14 @@ A row is a verdict, not a comparison: the criterion is the paper's own statement
 test that can fail (a property true by construction of the code is a check in ``checks/``, not
 a claim), ours and the paper's number are in the same unit, and a claim the run cannot decide
 says why.  Timed claims carry an interval over steps and say "within noise" when it covers the
-criterion (:func:`ratio_interval`)."""
+criterion (:func:`timed_claim`: a claim built with its interval refuses any other outcome)."""
 
 from __future__ import annotations
 
-import random
 from dataclasses import dataclass
-from statistics import median
 
-from harness.reporting import Column, Table
+from harness.reporting import Column, Table, format_interval
+from harness.stats import Interval, ratio_of_medians
 
 SUPPORTED, NOT_SUPPORTED, NOT_MEASURABLE = "supported", "not supported", "not measurable here"
 OUTCOMES = (SUPPORTED, NOT_SUPPORTED, NOT_MEASURABLE)
@@ -32,12 +31,21 @@ class Claim:
     ours: str  # "—" when nothing was measured
     outcome: str
     how: str = ""  # how it was measured and scaled; for "not measurable here", why
+    # a timed claim (its measure a time, a throughput, a speed-up): the interval of ours and the
+    # criterion's threshold; an interval covering the threshold decides nothing ("within noise")
+    interval: Interval | None = None
+    threshold: float | None = None
 
     def __post_init__(self):
         if self.outcome not in OUTCOMES:
             raise ValueError(f"outcome must be one of {OUTCOMES}, got {self.outcome!r}")
         if self.outcome == NOT_MEASURABLE and not self.how:
             raise ValueError(f"{self.paper}: a claim not measurable here must say why")
+        if (self.interval is None) != (self.threshold is None):
+            raise ValueError(f"{self.paper}: a timed claim gives both its interval and its threshold")
+        if self.interval is not None and self.interval.covers(self.threshold) and self.outcome != NOT_MEASURABLE:
+            raise ValueError(f"{self.paper}: the interval [{self.interval.lo:.3g}, {self.interval.hi:.3g}] covers "
+                             f"the criterion {self.threshold:g}: within noise, not {self.outcome!r}")
 
 
 _CLAIMS: list[Claim] = []
@@ -68,14 +76,9 @@ def claim(paper: str, quote: str, source: str, criterion: str, paper_value: str,
 def ratio_interval(num: list[float], den: list[float], *, level: float = 0.95, draws: int = 2000,
                    seed: int = 0) -> tuple[float, float, float]:
     """median(num) / median(den) with a percentile bootstrap interval, each series resampled
-    independently (per-step times of two runs).  Seeded: the same records give the same interval."""
-    rng = random.Random(seed)
-    point = median(num) / median(den)
-    stats = sorted(median(rng.choices(num, k=len(num))) / median(rng.choices(den, k=len(den)))
-                   for _ in range(draws))
-    lo = stats[int((1 - level) / 2 * draws)]
-    hi = stats[min(draws - 1, int((1 + level) / 2 * draws))]
-    return point, lo, hi
+    independently (per-step times of two runs; :func:`harness.stats.ratio_of_medians`)."""
+    iv = ratio_of_medians([num], [den], level=level, draws=draws, seed=seed)
+    return iv.value, iv.lo, iv.hi
 
 
 def timed_verdict(lo: float, hi: float, threshold: float, *, above: bool = True) -> tuple[bool | None, str]:
@@ -84,6 +87,24 @@ def timed_verdict(lo: float, hi: float, threshold: float, *, above: bool = True)
     if lo <= threshold <= hi:
         return None, f"within noise: the 95 % interval [{lo:.3g}, {hi:.3g}] covers the criterion {threshold:g}"
     return (lo > threshold) if above else (hi < threshold), ""
+
+
+def timed_claim(paper: str, quote: str, source: str, criterion: str, paper_value: str, ours: Interval,
+                threshold: float, how: str, *, above: bool = True, fmt: str = ".3g", unit: str = "",
+                undecided: str = "") -> Claim:
+    """Record a claim whose measure is a time (throughput, speed-up, bandwidth) from its interval:
+    supported / not supported only when the interval lies wholly on one side of ``threshold``
+    (``above``: ours must reach it), else "not measurable here", within noise.  ``undecided``: a
+    reason the run cannot decide even so (the machine's load); ``ours`` is shown ``value unit [lo, hi]``."""
+    holds, why = timed_verdict(ours.lo, ours.hi, threshold, above=above)
+    if undecided:
+        holds, why = None, "; ".join(x for x in (undecided, why) if x)
+    text = format_interval(ours.value, ours.lo, ours.hi, lambda x: f"{x:{fmt}} {unit}".rstrip())
+    c = Claim(paper, quote, source, criterion, paper_value, text,
+              {True: SUPPORTED, False: NOT_SUPPORTED, None: NOT_MEASURABLE}[holds],
+              "; ".join(x for x in (why, how) if x), interval=ours, threshold=threshold)
+    _CLAIMS.append(c)
+    return c
 
 
 def claims_table(claims: list[Claim]) -> Table:

@@ -23,7 +23,6 @@ Synthetic weights and data, 2 shared CPU cores: compare ratios, not values.
 from __future__ import annotations
 
 import os
-import random
 import statistics
 from pathlib import Path
 
@@ -31,8 +30,18 @@ from algorithms.zo.phases import achievable_speedup
 from harness.registry import make_config
 from harness.reporting import Column, Table, load_reference
 from harness.seeding import keyed_seed
+from harness.stats import (
+    CI95,
+    IQR,
+    RANGE,
+    Interval,
+    bootstrap,
+    median_iqr,
+    median_range,
+    ratio_of_medians,
+)
 
-from .claims import claim
+from .claims import timed_claim
 from .paper_claims import distzo2_speedups
 from .registry import experiment
 from .runner import run_and_save
@@ -72,27 +81,14 @@ def _rank_series(rec, key: str, rank: int) -> list[float]:
     return _steps(rec.history.get(key if rank == 0 else f"{key}[rank{rank}]", []))
 
 
-def _q(xs: list[float], q: float) -> float:
-    xs = sorted(xs)
-    pos = q * (len(xs) - 1)
-    lo = int(pos)
-    hi = min(lo + 1, len(xs) - 1)
-    return xs[lo] + (xs[hi] - xs[lo]) * (pos - lo)
-
-
-def speedup_stats(base: list[list[float]], other: list[list[float]], draws: int = 2000) -> tuple[float, float, float]:
+def speedup_stats(base: list[list[float]], other: list[list[float]], draws: int = 2000) -> Interval:
     """Median over repeats of median(base_r) / median(other_r), and a bootstrap 95 % interval.
 
     ``base[r]`` / ``other[r]``: step times of repeat r.  The bootstrap resamples
     the steps within each run (seeded: the same records give the same interval).
     """
-    def stat(b, o):
-        return statistics.median(statistics.median(x) / statistics.median(y) for x, y in zip(b, o, strict=True))
-
-    rng = random.Random(keyed_seed("distzo2.bootstrap", len(base), len(base[0])))
-    boots = sorted(stat([rng.choices(x, k=len(x)) for x in base], [rng.choices(y, k=len(y)) for y in other])
-                   for _ in range(draws))
-    return stat(base, other), _q(boots, 0.025), _q(boots, 0.975)
+    return ratio_of_medians(base, other, draws=draws,
+                            seed=keyed_seed("distzo2.bootstrap", len(base), len(base[0])))
 
 
 def achievable(forward_s: float, step_s: float, n: int) -> float:
@@ -100,16 +96,21 @@ def achievable(forward_s: float, step_s: float, n: int) -> float:
     return achievable_speedup(forward_s, max(0.0, step_s - forward_s), n)
 
 
-def outcome(lo: float, hi: float, criterion: float, bound: float, load: float, cores: int) -> str:
-    if load >= cores:
-        return "not measurable here"
-    if bound < criterion:
-        return "not measurable here"
-    if lo >= criterion:
-        return "supported"
-    if hi < criterion:
-        return "not supported"
-    return "within noise"
+def achievable_interval(forward: list[float], step: list[float], n: int) -> Interval:
+    """:func:`achievable` at the median forward and step CPU seconds, with a bootstrap 95 %
+    interval resampling the steps (a step's forward and whole-step times kept together)."""
+    pairs = list(zip(forward, step, strict=True))
+
+    def stat(ps):
+        return achievable(statistics.median(f for f, _ in ps), statistics.median(t for _, t in ps), n)
+
+    return bootstrap(stat, pairs, seed=keyed_seed("distzo2.achievable", n, len(pairs)))
+
+
+def over(measured: Interval, bound: Interval) -> Interval:
+    """measured / achievable, its interval by interval arithmetic of the two (conservative:
+    the two bootstraps are not joint)."""
+    return Interval(measured.value / bound.value, measured.lo / bound.hi, measured.hi / bound.lo)
 
 
 def run_repeats(model: str, *, steps: int, batch_size: int, seq_len: int, repeats: int, quiet: bool,
@@ -129,32 +130,31 @@ def speedup_table(recs: dict[str, list], title: str, load: tuple[float, float], 
     zo2 = recs["ZO2"]
     base = [_steps(r.history["step_time_s"]) for r in zo2]
     # CPU seconds: the rank's own work, which load on the shared cores does not inflate
-    f2 = statistics.median(x for r in zo2 for x in _rank_series(r, "phase_forward_cpu_s", 0))
-    st = statistics.median(x for r in zo2 for x in _rank_series(r, "phase_step_cpu_s", 0))
+    f2 = [x for r in zo2 for x in _rank_series(r, "phase_forward_cpu_s", 0)]
+    st = [x for r in zo2 for x in _rank_series(r, "phase_step_cpu_s", 0)]
     paper = distzo2_speedups()["OPT-175B"]
     rows = []
     for label, runs in recs.items():
         world = runs[0].world_size
         times = [_steps(r.history["step_time_s"]) for r in runs]
-        pooled = [x for t in times for x in t]
-        sp, lo, hi = speedup_stats(base, times)
-        bound = achievable(f2, st, min(world, cores))
+        sp = speedup_stats(base, times)
+        bound = achievable_interval(f2, st, min(world, cores))
         z = statistics.median(x for r in runs for x in _rank_series(r, "z_generations", 0))
-        rows.append(dict(method=label, world=world, step=statistics.median(pooled),
-                         q1=_q(pooled, 0.25), q3=_q(pooled, 0.75), speedup=sp, lo=lo, hi=hi,
-                         paper=paper.get(label), ideal=float(world), bound=bound, ratio=sp / bound,
+        rows.append(dict(method=label, world=world, step=median_iqr([x for t in times for x in t]), speedup=sp,
+                         paper=paper.get(label), ideal=float(world), bound=bound, ratio=over(sp, bound),
                          z=z, loss=_v(runs[0], "final_loss")))
     return Table(
         title=title,
         columns=[Column("method", "method"), Column("world", "ranks"),
-                 Column("step", "s/step (median)", "s", False), Column("q1", "IQR low", "s"),
-                 Column("q3", "IQR high", "s"),
-                 Column("speedup", "speed-up vs ZO2", "ratio", True, ".2f"),
-                 Column("lo", "95% CI low", "ratio", None, ".2f"), Column("hi", "95% CI high", "ratio", None, ".2f"),
+                 Column("step", "s/step", "s", False,
+                        spread=f"{IQR} of the measured steps of every repeat, pooled"),
+                 Column("speedup", "speed-up vs ZO2", "ratio", True, ".2f", spread=CI95 + " resampling the steps"),
                  Column("paper", "speed-up vs ZO2 (paper, OPT-175B)", "ratio", True, ".2f", default=None),
                  Column("ideal", "ideal", "ratio", None, ".0f"),
-                 Column("bound", "achievable here", "ratio", None, ".2f"),
-                 Column("ratio", "measured / achievable", "ratio", True, ".2f"),
+                 Column("bound", "achievable here", "ratio", None, ".2f", spread=CI95 + " resampling the steps"),
+                 Column("ratio", "measured / achievable", "ratio", True, ".2f",
+                        spread="[measured's CI low / achievable's CI high, measured's CI high / achievable's CI "
+                               "low] (conservative)"),
                  Column("z", "z draws/step (rank 0)", "tensors", False, ".0f"),
                  Column("loss", "final loss", "nats/token", False)],
         rows=rows,
@@ -182,12 +182,13 @@ def phase_table(recs: dict[str, list], title: str) -> Table:
                 row = dict(method=label, rank=rank, clock=clock, ideal=float(runs[0].world_size))
                 for ph in PHASES:
                     xs = [x for r in runs for x in _rank_series(r, f"phase_{ph}{suffix}", rank)]
-                    row[ph] = statistics.median(xs) if xs else None
+                    row[ph] = median_iqr(xs) if xs else None
                 rows.append(row)
     return Table(
         title=title,
         columns=[Column("method", "method"), Column("rank", "rank"), Column("clock", "clock"),
-                 *[Column(ph, ph, "s", False, default=None) for ph in PHASES],
+                 *[Column(ph, ph, "s", False, default=None, spread=f"{IQR} of the measured steps of every repeat")
+                   for ph in PHASES],
                  Column("ideal", "ideal speed-up (paper §4-§5)", "ratio", None, ".0f")],
         rows=rows,
         caption="median seconds per step of each phase on each rank, over the measured steps of every repeat "
@@ -207,7 +208,7 @@ def bytes_table(recs: dict[str, list], title: str) -> Table:
         rows.append(dict(method=label, world=rec.world_size, peak_rss=max(per_rank),
                          device_pool=_v(rec, "device_pool_peak_bytes"), payload=_v(rec, "payload_bytes_per_step"),
                          h2d=_v(rec, "h2d_bytes_per_step"), d2h=_v(rec, "d2h_bytes_per_step"),
-                         d2d=_v(rec, "d2d_bytes_per_step"), model_step=_v(rec, "model_t_step_s"),
+                         d2d=_v(rec, "d2d_bytes_per_step"), model_step=_model_step(runs),
                          paper_mb=paper_memory_mb().get(label)))
     return Table(
         title=title,
@@ -218,11 +219,17 @@ def bytes_table(recs: dict[str, list], title: str) -> Table:
                  Column("h2d", "host->device/step per rank", "bytes", False),
                  Column("d2h", "device->host/step per rank", "bytes", False),
                  Column("d2d", "device<->device/step per rank", "bytes", False),
-                 Column("model_step", "Eq. 4 model s/step", "s", False),
+                 Column("model_step", "Eq. 4 model s/step", "s", False,
+                        spread=f"{RANGE} over the repeats (the model at each run's measured rates)"),
                  Column("paper_mb", "memory per GPU (paper, OPT-175B)", "MB", False, ".0f", default=None)],
         rows=rows,
         caption="first repeat; CPU: host and 'device' share RAM, so peak RSS includes the host master; the "
                 "device pool column is what a GPU would hold (resident modules + block slots)")
+
+
+def _model_step(runs) -> Interval | None:
+    vals = [v for v in (_v(r, "model_t_step_s") for r in runs) if v is not None]
+    return median_range(vals) if vals else None
 
 
 def paper_memory_mb() -> dict[str, float]:
@@ -241,20 +248,19 @@ def _claims(t: Table, load: tuple[float, float], cores: int, setting: str) -> No
         row = rows.get(label)
         if row is None:
             continue
-        result = outcome(row["lo"], row["hi"], criterion, row["bound"], max(load), cores)
-        why = ""
-        if result == "not measurable here":
-            why = (f" (load {max(load):.1f} on {cores} shared cores: the ranks do not get a core each)"
-                   if max(load) >= cores else
-                   f" (this machine's breakdown caps the speed-up at {row['bound']:.2f})")
-        claim("DistZO2", f'"{CLAIMS[label]}"', "Table 1 (tokens/s over ZO2, OPT models on H20s)",
-              f"{label} speed-up over ZO2 on 2 ranks >= {criterion}x (the paper's smallest Table 1 ratio)",
-              f"{paper_all['OPT-175B'][label]:.2f}x (OPT-175B; {min(ratios):.2f}-{max(ratios):.2f}x over "
-              "Table 1's models)",
-              f"{row['speedup']:.2f}x [{row['lo']:.2f}, {row['hi']:.2f}]",
-              {"supported": True, "not supported": False}.get(result),
-              f"{result}{why}; 95% bootstrap CI over interleaved repeats; achievable here "
-              f"{row['bound']:.2f}x, measured/achievable {row['ratio']:.2f}; {setting}")
+        sp, bound = row["speedup"], row["bound"]
+        undecided = ""
+        if max(load) >= cores:
+            undecided = f"load {max(load):.1f} on {cores} shared cores: the ranks do not get a core each"
+        elif bound.hi < criterion:
+            undecided = f"this machine's breakdown caps the speed-up at {bound.value:.2f} [{bound.lo:.2f}, {bound.hi:.2f}]"
+        timed_claim("DistZO2", f'"{CLAIMS[label]}"', "Table 1 (tokens/s over ZO2, OPT models on H20s)",
+                    f"{label} speed-up over ZO2 on 2 ranks >= {criterion}x (the paper's smallest Table 1 ratio)",
+                    f"{paper_all['OPT-175B'][label]:.2f}x (OPT-175B; {min(ratios):.2f}-{max(ratios):.2f}x over "
+                    "Table 1's models)", sp, criterion,
+                    f"95% bootstrap CI over interleaved repeats; achievable here {bound.value:.2f}x, "
+                    f"measured/achievable {row['ratio'].value:.2f}; {setting}", fmt=".2f", unit="x",
+                    undecided=undecided)
 
 
 @experiment("distzo2", "DistZO2 Table 1 shape: ZO2 vs PertP vs DDP vs 2D speed-ups with their spread, the "

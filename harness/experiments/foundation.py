@@ -9,6 +9,7 @@ from pathlib import Path
 from algorithms.pipeline.sgd import pipeline_bytes_per_step
 from harness.registry import make_config
 from harness.reporting import Column, Table
+from harness.stats import IQR, median_iqr
 
 from .registry import experiment
 from .runner import run_and_save
@@ -32,8 +33,8 @@ def foundation(scale: str, out_dir: Path, quiet: bool) -> list[Table]:
         expected = pipeline_bytes_per_step(cfg) if world > 1 else 0
         rows.append(dict(algorithm=algo, world_size=world, backend=backend, payload=m["payload_bytes_per_step"],
                          closed_form=expected, messages=m["messages_per_step"], peak_mem=m["peak_memory_bytes"],
-                         mem_growth=m["peak_memory_growth_bytes"], step_time=m["step_time_s"],
-                         throughput=m["throughput_tokens_per_s"], loss=m["final_loss"],
+                         mem_growth=m["peak_memory_growth_bytes"], step_time=median_iqr(rec.history["step_time_s"]),
+                         throughput=median_iqr(rec.history["step_time_s"]).reciprocal(m["tokens_per_step"]), loss=m["final_loss"],
                          sha=m["params_sha256"][:12], same_as_fo="yes" if m["params_sha256"] == ref_hash else "NO"))
     cols = [Column("algorithm", "algorithm"), Column("world_size", "ranks"), Column("backend", "backend"),
             Column("payload", "payload bytes/step", "bytes", False),
@@ -41,8 +42,8 @@ def foundation(scale: str, out_dir: Path, quiet: bool) -> list[Table]:
             Column("messages", "messages/step", None, False),
             Column("peak_mem", "peak RSS (max rank)", "bytes", False),
             Column("mem_growth", "peak growth in window", "bytes", False),
-            Column("step_time", "step time (median)", "s", False),
-            Column("throughput", "throughput", "tokens/s", True),
+            Column("step_time", "step time", "s", False, spread=f"{IQR} of the steps"),
+            Column("throughput", "throughput", "tokens/s", True, spread=f"tokens per step / ({IQR} of the steps)"),
             Column("loss", "final loss", "nats/token", False),
             Column("sha", "params_sha256"), Column("same_as_fo", "= fo-sgd params")]
     return [Table(title=f"foundation: {model} on wiki-en, {steps} steps, batch 8x{seq}, 2 micro-batches",

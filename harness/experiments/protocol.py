@@ -22,10 +22,11 @@ from pathlib import Path
 from algorithms.protocol.pipeline import bytes_per_token, expected_bytes
 from harness.models import PRESETS
 from harness.registry import make_config
-from harness.reporting import Column, Table, load_reference
+from harness.reporting import Column, Table, format_interval, load_reference
 from harness.reporting.plots import curve_from_record, note, plot_loss_curves
+from harness.stats import CI95, IQR, median_iqr, ratio_of_medians
 
-from .claims import claim, mean_interval, ratio_interval, separation_step, timed_verdict
+from .claims import claim, mean_interval, separation_step, timed_claim
 from .links import describe, link, shaping_path
 from .registry import experiment
 from .runner import run_and_save
@@ -104,26 +105,30 @@ def protocol_experiment(scale: str, out_dir: Path, quiet: bool) -> list[Table]:
                          link=kw["backend"] if not extra.get("net") else
                          f"gloo/{extra['net']}/{extra.get('bandwidth') or 'unshaped'}",
                          **{f"loss{i}": loss for i, loss in enumerate(_quarters(rec), 1)},
-                         tokens=cfg.steps * tokens, wall=cfg.steps * m["step_time_s"],
-                         bytes_tok=m["payload_bytes_per_step"] / tokens, step=m["step_time_s"],
-                         tps=m["throughput_tokens_per_s"]))
+                         tokens=cfg.steps * tokens, wall=median_iqr(rec.history["step_time_s"]).scaled(cfg.steps),
+                         bytes_tok=m["payload_bytes_per_step"] / tokens, step=median_iqr(rec.history["step_time_s"]),
+                         tps=median_iqr(rec.history["step_time_s"]).reciprocal(tokens)))
     c_hist = recs["centralised"][1].history["loss"]
-    c_tps = recs["centralised"][1].metrics["throughput_tokens_per_s"].value
-    for row, (label, (cfg, _)) in zip(rows, recs.items(), strict=True):
+    c_times = recs["centralised"][1].history["step_time_s"]
+    for row, (label, (cfg, rec)) in zip(rows, recs.items(), strict=True):
         # perplexity ratio = exp(loss difference), against centralised after as many steps
         ppl_paper, tps_paper = paper_vs_central.get(label, (None, None))
+        # tokens/s over centralised's = its median step time over ours (same tokens per step)
         row.update(ppl_rel=math.exp(row["loss4"] - c_hist[cfg.steps - 1]), ppl_rel_paper=ppl_paper,
-                   tps_rel=row["tps"] / c_tps, tps_rel_paper=tps_paper)
+                   tps_rel=ratio_of_medians([c_times], [rec.history["step_time_s"]]), tps_rel_paper=tps_paper)
     q = [Column(f"loss{i}", f"loss at {i}/4", "nats/token", False) for i in (1, 2, 3, 4)]
     main = Table(
         title=f"protocol: {model} (d = {d}) on wiki-en, 2 stages, batch 8x{s['seq']}, AdamW lr {lr}",
         columns=[Column("setting", "setting"), Column("link", "backend / link"), *q,
-                 Column("tokens", "tokens seen", "tokens"), Column("wall", "wall time (steps x median)", "s", False),
+                 Column("tokens", "tokens seen", "tokens"),
+                 Column("wall", "wall time (steps x median)", "s", False, spread=f"steps x {IQR} of the steps"),
                  Column("bytes_tok", "payload bytes / token", "bytes", False),
-                 Column("step", "step time", "s", False), Column("tps", "throughput", "tokens/s", True),
+                 Column("step", "step time", "s", False, spread=f"{IQR} of the steps"),
+                 Column("tps", "throughput", "tokens/s", True, spread=f"tokens per step / ({IQR} of the steps)"),
                  Column("ppl_rel", "perplexity / centralised", "ratio", False, ".3f"),
                  Column("ppl_rel_paper", "perplexity / centralised (paper)", "ratio", False, ".3f"),
-                 Column("tps_rel", "throughput / centralised", "ratio", True, ".3f"),
+                 Column("tps_rel", "throughput / centralised", "ratio", True, ".3f",
+                        spread=f"ratio of median step times {CI95} resampling the steps"),
                  Column("tps_rel_paper", "throughput / centralised (paper)", "ratio", True, ".3f")],
         rows=rows,
         caption="loss at each quarter of the run; wall time = steps x median step time; the gloo runs "
@@ -134,10 +139,12 @@ def protocol_experiment(scale: str, out_dir: Path, quiet: bool) -> list[Table]:
                "WikiText perplexity 23.01 vs 23.08, 592.41 vs 602.57 tokens/s; the spec's reading of a "
                "garbled table); perplexity ratio here = exp(loss at 4/4 minus centralised's loss after as "
                "many steps), byte-level"])
-    tp = {lab: r.metrics["throughput_tokens_per_s"].value for lab, (_, r) in recs.items()}
+    times = {lab: [r.history["step_time_s"]] for lab, (_, r) in recs.items()}
     slow_p, slow_u = f"protocol k={kmin} @ 80 Mbit/s", "uncompressed pipeline @ 80 Mbit/s"
-    main.notes.append(f"throughput at 80 Mbit/s: protocol / uncompressed = {tp[slow_p] / tp[slow_u]:.2f}x, "
-                      f"protocol / centralised = {tp[slow_p] / tp['centralised']:.2f}x")
+    vs_u, vs_c = ratio_of_medians(times[slow_u], times[slow_p]), ratio_of_medians(times["centralised"], times[slow_p])
+    main.notes.append(f"throughput at 80 Mbit/s: protocol / uncompressed = "
+                      f"{format_interval(vs_u.value, vs_u.lo, vs_u.hi, '.2f')}, protocol / centralised = "
+                      f"{format_interval(vs_c.value, vs_c.lo, vs_c.hi, '.2f')} ({CI95})")
     main.notes.append(note(plot_loss_curves(
         [curve_from_record(label, rec) for label, (_, rec) in recs.items()], out_dir / "protocol-loss.png",
         f"protocol: training loss, {model}, 2 stages, AdamW lr {lr} (threads, then gloo, {path})")))
@@ -242,13 +249,11 @@ def _claims(recs: dict, reps: dict, slow_p: str, d: int, k: int, s: dict, path: 
           f"{mu:.3f} [{lo:.3f}, {hi:.3f}]", holds, how)
     # throughput at 80 Mbit/s against centralised training: a ratio of medians over steps
     num, den = recs["centralised"][1].history["step_time_s"], recs[slow_p][1].history["step_time_s"]
-    point, lo, hi = ratio_interval(num, den)
-    holds, why = timed_verdict(lo, hi, 0.8)
-    claim("Protocol Models", "80 Mbit/s links \"matching the convergence of centralized datacenter systems "
-          "with 100Gbps\" (throughput)", "Table 1 (TPS 592.41 vs 602.57; uncertain reading)",
-          "tokens/s, protocol @ 80 Mbit/s / centralised >= 0.8", "0.983",
-          f"{point:.3f} [{lo:.3f}, {hi:.3f}]", holds,
-          (why + "; " if why else "") + f"ratio of median step times (same tokens per step), 95 % bootstrap "
-          f"interval over the steps of each run; {'netns + tc tbf' if path == 'netns' else 'user-space pacer'} "
-          f"at 80 Mbit/s vs one process, {s['net_steps']} vs "
-          f"{steps} steps, 2 loaded CPU cores")
+    timed_claim("Protocol Models", "80 Mbit/s links \"matching the convergence of centralized datacenter systems "
+                "with 100Gbps\" (throughput)", "Table 1 (TPS 592.41 vs 602.57; uncertain reading)",
+                "tokens/s, protocol @ 80 Mbit/s / centralised >= 0.8", "0.983",
+                ratio_of_medians([num], [den]), 0.8,
+                f"ratio of median step times (same tokens per step), 95 % bootstrap "
+                f"interval over the steps of each run; {'netns + tc tbf' if path == 'netns' else 'user-space pacer'} "
+                f"at 80 Mbit/s vs one process, {s['net_steps']} vs "
+                f"{steps} steps, 2 loaded CPU cores", fmt=".3f")

@@ -45,6 +45,22 @@ def check_paper_tables(exp: Experiment, tables: list[Table]) -> None:
                                "paper's numbers (a header naming 'paper')")
 
 
+def timed_columns_without_spread(table: Table) -> list[str]:
+    """Headers of the columns of ``table`` that show a measured time (seconds, a rate per second)
+    with no interval; the paper's numbers, which come without one, are exempt."""
+    return [c.header for c in table.columns
+            if c.is_time and c.spread is None and "paper" not in (c.key + c.header).lower()]
+
+
+def check_time_spread(exp: Experiment, tables: list[Table]) -> None:
+    """Every time an experiment's table shows carries its interval over repeats (issue 14)."""
+    for t in tables:
+        bare = timed_columns_without_spread(t)
+        if bare:
+            raise RuntimeError(f"experiment {exp.name!r}: table {t.title!r} shows times without their "
+                               f"spread in {', '.join(map(repr, bare))} (Column(spread=...), harness.stats)")
+
+
 def run_experiments(name: str, *, scale: str, out_dir: Path, quiet: bool = False) -> list[Table]:
     chosen = [get_experiment(n) for n in ORDER] if name == "all" else [get_experiment(name)]
     tables = []
@@ -61,6 +77,7 @@ def run_experiments(name: str, *, scale: str, out_dir: Path, quiet: bool = False
             exp_tables = exp.run(scale, out_dir, quiet)
             overall.end(exp.name)
             check_paper_tables(exp, exp_tables)
+            check_time_spread(exp, exp_tables)
             _show(exp_tables, quiet)
             files = _write_tables(exp.name, exp_tables, out_dir)
             written += files

@@ -25,6 +25,7 @@ from pathlib import Path
 from harness.models import PRESETS, default_boundaries, model_info
 from harness.registry import make_config
 from harness.reporting import Column, Table
+from harness.stats import CI95, IQR, median_iqr, ratio_of_medians
 
 from .registry import experiment
 from .runner import run_and_save
@@ -142,13 +143,15 @@ def rows_for(results: list[tuple[Run, object]]) -> list[dict]:
         cfg = run.cfg
         size = num_parameters(cfg.model)
         x = size if run.axis == "size" else cfg.world_size
-        vals = (x, m["payload_bytes_per_step"], m["step_time_s"])
-        ref = base.setdefault(run.series, vals)
-        x_ratio, bytes_ratio, time_ratio = (_ratio(v, r) for v, r in zip(vals, ref, strict=True))
+        times = rec.history["step_time_s"]
+        vals = (x, m["payload_bytes_per_step"])
+        ref, ref_times = base.setdefault(run.series, (vals, times))
+        x_ratio, bytes_ratio = (_ratio(v, r) for v, r in zip(vals, ref, strict=True))
+        time_ratio = ratio_of_medians([times], [ref_times])
         rows.append(dict(axis=run.axis, family=run.family, algorithm=cfg.algorithm, model=cfg.model, params=size,
                          world=cfg.world_size, backend=rec.backend, payload=m["payload_bytes_per_step"],
                          messages=m["messages_per_step"], peak_mem=m["peak_memory_bytes"],
-                         growth=m.get("peak_memory_growth_bytes"), step_time=m["step_time_s"],
+                         growth=m.get("peak_memory_growth_bytes"), step_time=median_iqr(times),
                          x_ratio=x_ratio, bytes_ratio=bytes_ratio, time_ratio=time_ratio))
     return rows
 
@@ -162,10 +165,11 @@ def columns(axis: str) -> list[Column]:
             Column("messages", "messages/step", None, False),
             Column("peak_mem", "peak RSS (max rank)", "bytes", False),
             Column("growth", "peak growth in window (max rank)", "bytes", False),
-            Column("step_time", "step time (median)", "s", False),
+            Column("step_time", "step time", "s", False, spread=f"{IQR} of the steps"),
             Column("x_ratio", f"{what} x", "ratio", None, ".3g"),
             Column("bytes_ratio", "bytes x", "ratio", False, ".3g"),
-            Column("time_ratio", "step time x", "ratio", False, ".3g")]
+            Column("time_ratio", "step time x", "ratio", False, ".3g",
+                   spread=f"ratio of median step times {CI95} resampling the steps of both runs")]
 
 
 def tables_for(rows: list[dict], scale: str) -> list[Table]:

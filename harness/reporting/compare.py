@@ -53,6 +53,7 @@ def _key(rec: ResultRecord) -> str:
     cfg.pop("metered", None)
     cfg.pop("timeout_s", None)
     cfg.pop("max_run_time_s", None)  # limits, not part of what a run computes
+    cfg.pop("max_frame_bytes", None)  # (records before it was a run field lack it)
     cfg.pop("memory", None)  # which meters ran, not what ran
     return json.dumps({"algorithm": rec.algorithm, **cfg}, sort_keys=True, default=str)
 

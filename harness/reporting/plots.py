@@ -131,10 +131,19 @@ def plot_loss_curves(series: Sequence[Curve], path: Path, title: str, hline: flo
 
 
 # --------------------------------------------------------------------------- bandwidth sweep
+def _point(v) -> tuple[float, float, float]:
+    """(value, lo, hi) of a number or an Interval; a lower bound above the value (a bootstrap
+    interval of a ratio need not contain the point) draws no bar below it."""
+    if hasattr(v, "lo"):
+        return v.value, min(v.lo, v.value), max(v.hi, v.value)
+    return v, v, v
+
+
 def plot_bandwidth(rows: list[dict], path: Path, shaper: str = "tc tbf") -> str | None:
     """Bandwidth sweep rows ``{method, bandwidth, step, speedup[, speedup_paper]}`` (a rate such
-    as "80mbit", seconds per step, ratio): time per step and speed-up over uncompressed against
-    the rate, with the paper's speed-ups at its rates marked and labelled with their values."""
+    as "80mbit", seconds per step, ratio; the two measured ones plain numbers or
+    :class:`~harness.stats.Interval` s, drawn as error bars): time per step and speed-up over
+    uncompressed against the rate, with the paper's speed-ups at its rates marked and labelled."""
     plt = _pyplot()
     if plt is None:
         return None
@@ -143,9 +152,12 @@ def plot_bandwidth(rows: list[dict], path: Path, shaper: str = "tc tbf") -> str 
     fig, (ax1, ax2) = plt.subplots(1, 2, figsize=(10, 4.4))
     for i, label in enumerate(dict.fromkeys(r["method"] for r in rows)):
         mine = [r for r in rows if r["method"] == label]
-        pts = sorted((parse_rate(r["bandwidth"]), r["step"], r["speedup"]) for r in mine)
-        ax1.plot([p[0] / 1e6 for p in pts], [p[1] for p in pts], marker="o", color=f"C{i}", label=label)
-        ax2.plot([p[0] / 1e6 for p in pts], [p[2] for p in pts], marker="o", color=f"C{i}", label=label)
+        pts = sorted(((parse_rate(r["bandwidth"]), r["step"], r["speedup"]) for r in mine), key=lambda p: p[0])
+        for ax, k in ((ax1, 1), (ax2, 2)):
+            ys = [_point(p[k]) for p in pts]
+            ax.errorbar([p[0] / 1e6 for p in pts], [y[0] for y in ys],
+                        yerr=[[y[0] - y[1] for y in ys], [y[2] - y[0] for y in ys]], marker="o",
+                        color=f"C{i}", label=label, capsize=3)
         paper = sorted((parse_rate(r["bandwidth"]), r["speedup_paper"]) for r in mine
                        if r.get("speedup_paper") is not None)
         if paper:

@@ -81,12 +81,27 @@ def _csv_value(v: Any) -> str:
 
 
 def render_csv(table: Table) -> str:
-    """RFC 4180 CSV: one header row (``key [unit]``) and raw values; missing cells are empty."""
+    """RFC 4180 CSV: one header row (``key [unit]``) and raw values; missing cells are empty.
+    A column with a spread is three: its value, then ``key.lo [unit]`` and ``key.hi [unit]``."""
     buf = io.StringIO()
     w = csv.writer(buf, lineterminator="\r\n")
-    w.writerow([c.csv_header() for c in table.columns])
+    head: list[str] = []
+    for c in table.columns:
+        head.append(c.csv_header())
+        if c.spread is not None:
+            unit = f" [{c.unit}]" if c.unit else ""
+            head += [f"{c.key}.lo{unit}", f"{c.key}.hi{unit}"]
+    w.writerow(head)
     for row in table.rows:
-        w.writerow([_csv_value(v) for v in row])
+        cells: list[str] = []
+        for c, v in zip(table.columns, row, strict=True):
+            if c.spread is None:
+                cells.append(_csv_value(v))
+            elif v is None:
+                cells += ["", "", ""]
+            else:
+                cells += [_csv_value(v.value), _csv_value(v.lo), _csv_value(v.hi)]
+        w.writerow(cells)
     return buf.getvalue()
 
 

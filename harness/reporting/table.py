@@ -10,8 +10,16 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from harness.results import THROUGHPUT_METRICS, ResultRecord
+from harness.stats import IQR, Interval, median_iqr
 
-from .units import NAMED_FORMATS, format_for, format_number, is_number
+from .units import (
+    NAMED_FORMATS,
+    format_for,
+    format_interval,
+    format_number,
+    is_number,
+    is_time_unit,
+)
 
 MISSING = "—"
 
@@ -78,6 +86,11 @@ class Column:
     s/ms/µs, "<x>/s" -> k/M/G, otherwise :func:`format_number`). Non-numbers
     are shown as they are. ``default`` is the value of a dict row that leaves
     the column out; without one (:data:`REQUIRED`) every row must give it.
+
+    ``spread`` says what interval the column's cells carry ("median [interquartile
+    range] of the measured steps"): such a column holds :class:`~harness.stats.Interval`
+    cells (or None), shown ``value [lo, hi]`` (:func:`format_interval`), and the table's
+    notes say what the brackets are; a column without one holds no interval.
     """
 
     key: str
@@ -86,6 +99,12 @@ class Column:
     higher_is_better: bool | None = None
     fmt: str | Callable[[Any], str] | None = None
     default: Any = REQUIRED
+    spread: str | None = None
+
+    @property
+    def is_time(self) -> bool:
+        """Seconds or a rate per second: a measured time (issue 14: it carries an interval)."""
+        return is_time_unit(self.unit)
 
     @property
     def arrow(self) -> str:
@@ -107,6 +126,11 @@ class Column:
     def format(self, value: Any) -> str:
         if value is None:
             return MISSING
+        if isinstance(value, Interval):
+            return format_interval(value.value, value.lo, value.hi, self._format_one)
+        return self._format_one(value)
+
+    def _format_one(self, value: Any) -> str:
         fmt = self.fmt if self.fmt is not None else format_for(self.key, self.unit)
         if fmt is None:
             return format_number(value)
@@ -142,6 +166,15 @@ class Table:
         if dup:
             raise TableError(f"duplicate column key(s): {', '.join(dup)}")
         self.rows = [_in_column_order(self.columns, i, row) for i, row in enumerate(self.rows)]
+        for j, c in enumerate(self.columns):
+            for i, row in enumerate(self.rows):
+                v = row[j]
+                if c.spread is not None and v is not None and not isinstance(v, Interval):
+                    raise TableError(f"row {i}, column {c.key!r}: the column shows a spread ({c.spread}), "
+                                     f"so its cell must be an Interval, not {v!r}")
+                if c.spread is None and isinstance(v, Interval):
+                    raise TableError(f"row {i}, column {c.key!r}: an Interval in a column that declares "
+                                     "no spread (Column(spread=...) says what the brackets are)")
 
     def column_index(self, key: str) -> int:
         for i, c in enumerate(self.columns):
@@ -152,7 +185,7 @@ class Table:
     def is_numeric(self, j: int) -> bool:
         """A column is numeric when all its present values are numbers (and one exists)."""
         vals = [r[j] for r in self.rows if r[j] is not None]
-        return bool(vals) and all(is_number(v) for v in vals)
+        return bool(vals) and all(is_number(v) or isinstance(v, Interval) for v in vals)
 
     def display_notes(self) -> list[str]:
         """Notes as shown beside formatted cells: states the 1024 base when bytes are shown."""
@@ -163,6 +196,14 @@ class Table:
             for j, c in enumerate(self.columns))
         if uses_bytes and BYTES_NOTE not in notes:
             notes.append(BYTES_NOTE)
+        spreads: dict[str, list[str]] = {}
+        for j, c in enumerate(self.columns):
+            if c.spread is not None and any(r[j] is not None for r in self.rows):
+                spreads.setdefault(c.spread, []).append(c.header)
+        for spread, headers in spreads.items():
+            note = f"value [lo, hi] in {', '.join(headers)}: {spread}"
+            if note not in notes:
+                notes.append(note)
         return notes
 
     def formatted_rows(self) -> list[list[str]]:
@@ -203,6 +244,35 @@ def _group_value(rec: ResultRecord, key: str) -> Any:
     return cur if isinstance(cur, (str, int, float, bool)) or cur is None else str(cur)
 
 
+STEP_SPREAD = f"{IQR} of the measured steps (a row's runs pooled)"
+
+
+def _step_times(rec: ResultRecord) -> list[float]:
+    return [t for t in rec.history.get("step_time_s", []) if is_number(t)]
+
+
+def _pooled_steps(recs: Sequence[ResultRecord]) -> Interval:
+    return median_iqr([t for r in recs for t in _step_times(r)])
+
+
+def _throughput(recs: Sequence[ResultRecord]) -> Interval | None:
+    per_step = {r.metrics["tokens_per_step"].value for r in recs if "tokens_per_step" in r.metrics}
+    if len(per_step) != 1 or any("throughput_tokens_per_s" not in r.metrics for r in recs):
+        return None
+    steps = _pooled_steps(recs)
+    return steps.reciprocal(per_step.pop()) if steps.lo > 0 else None
+
+
+def _spread_of(name: str, records: Sequence[ResultRecord]) -> Callable[[Sequence[ResultRecord]], Any] | None:
+    """How a time metric's interval is drawn from the records' per-step times, or None."""
+    if name == "step_time_s":
+        return _pooled_steps
+    if name == "throughput_tokens_per_s" and all("tokens_per_step" in r.metrics
+                                                 for r in records if name in r.metrics):
+        return _throughput
+    return None
+
+
 def records_to_table(
     records: Sequence[ResultRecord],
     metrics: Sequence[str] | None = None,
@@ -217,6 +287,9 @@ def records_to_table(
     group (repeats, seeds) are averaged for numbers; a string metric shows its
     value when all agree and ``"<k> distinct"`` otherwise; a ``runs`` column
     appears. ``group_by`` keys are record fields or ``config.`` paths.
+    When every record kept its per-step times (``history["step_time_s"]``), step
+    time and token throughput are shown as median [IQR] over the steps (a row's
+    runs pooled) instead of a mean of medians.
     """
     records = list(records)
     if not records:
@@ -241,6 +314,9 @@ def records_to_table(
     for r in records:
         groups.setdefault(tuple(_group_value(r, k) for k in group_by), []).append(r)
     multi = any(len(g) > 1 for g in groups.values())
+    # every record kept its per-step times: the time columns show median [IQR] over the steps
+    # (a group's runs pooled); an older record without them leaves the bare value
+    timed = all(_step_times(r) for r in records)
     synthetic = any(r.data_kind == "synthetic" for r in records)
 
     columns = [Column(k, HEADERS.get(k, k.removeprefix("config."))) for k in group_by]
@@ -257,7 +333,9 @@ def records_to_table(
         hib = next((r.metrics[name].higher_is_better for r in records
                     if name in r.metrics and r.metrics[name].higher_is_better is not None), None)
         shown_unit = None if name == "params_sha256" else unit
-        columns.append(Column(name, HEADERS.get(name, name), shown_unit, hib, format_for(name, unit)))
+        spread = STEP_SPREAD if timed and _spread_of(name, records) else None
+        columns.append(Column(name, HEADERS.get(name, name), shown_unit, hib, format_for(name, unit),
+                              spread=spread))
 
     rows: list[dict[str, Any]] = []
     for key, recs in groups.items():
@@ -269,6 +347,9 @@ def records_to_table(
             row["runs"] = len(recs)
         for name in names:
             vals = [r.metrics[name].value for r in recs if name in r.metrics]
+            if timed and vals and _spread_of(name, records):
+                row[name] = _spread_of(name, records)(recs)
+                continue
             if not vals:
                 row[name] = None
             elif all(is_number(v) for v in vals):

@@ -94,6 +94,26 @@ NAMED_FORMATS: dict[str, Callable[[Any], str]] = {
 }
 
 
+def format_interval(value: float, lo: float, hi: float, fmt: Callable[[Any], str] | str = format_number) -> str:
+    """The one way a value with its interval is shown: ``value [lo, hi]``; a unit the three
+    formatted numbers share is written once, after the value (``12.3 ms [11.9, 13.0]``).
+    ``fmt``: a callable or a format spec (``".2f"``)."""
+    f = fmt if callable(fmt) else (lambda x: format(x, fmt))
+    v, a, b = f(value), f(lo), f(hi)
+    unit = v.rpartition(" ")[2] if " " in v else ""
+    if unit and not unit[0].isdigit() and a.endswith(" " + unit) and b.endswith(" " + unit):
+        a, b = a[: -len(unit) - 1], b[: -len(unit) - 1]
+    return f"{v} [{a}, {b}]"
+
+
+TIME_UNITS = ("s", "ms", "µs", "ns")
+
+
+def is_time_unit(unit: str | None) -> bool:
+    """Seconds, or a rate per second (tokens/s): a measured time, which carries its spread."""
+    return bool(unit) and (unit in TIME_UNITS or unit.endswith("/s"))
+
+
 def format_for(name: str, unit: str | None) -> str | None:
     """The :data:`NAMED_FORMATS` entry a metric name and unit imply, or None (plain numbers)."""
     if name == "params_sha256" or name.endswith("_sha256"):

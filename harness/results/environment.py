@@ -1,4 +1,6 @@
-"""The environment of a run (record key ``env``): versions, device, git sha, host, date."""
+"""The environment of a run (record key ``env``): versions, device, git sha, host, date, and
+the machine's load average when the run started and when it ended (``load_before``,
+``load_after``: 1, 5 and 15 minutes), so a time can be read against the load it was taken under."""
 
 from __future__ import annotations
 
@@ -37,6 +39,17 @@ def _git_sha(repo_root: Path) -> str | None:
     if status is None:
         return sha
     return sha + ("-dirty" if status else "")
+
+
+LOAD_KEYS = ("load_before", "load_after")
+
+
+def load_average() -> list[float] | None:
+    """``os.getloadavg()`` (1, 5, 15 min) as a list, None where the platform has none."""
+    try:
+        return [round(float(x), 2) for x in os.getloadavg()]
+    except (AttributeError, OSError):
+        return None
 
 
 def env_info(device: Any = None) -> dict[str, Any]:

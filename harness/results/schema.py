@@ -8,7 +8,10 @@ One JSON file per run::
      "per_rank": [{"rank": 0, "metrics": {...}}], "env": {...}}
 
 plus the optional keys ``data_kind`` ("real" | "synthetic"), ``history``
-(name -> per-step list) and ``created`` (ISO 8601 time).
+(name -> per-step list) and ``created`` (ISO 8601 time).  ``env`` is free-form JSON, but
+``env.load_before`` / ``env.load_after`` (the 1, 5, 15 min load averages at the
+run's start and end, written by the launcher since issue 14) must be three
+numbers >= 0 when present; older records without them load as they are.
 
 A record is validated whole: an invalid field raises :class:`ResultError`
 naming its source and giving a one-line reason.
@@ -210,6 +213,12 @@ class ResultRecord:
             if not isinstance(v, dict):
                 raise ValueError(f"{name!r} must be an object, not {_tname(v)}")
             _check_json_value(v, name)
+        for key in ("load_before", "load_after"):  # optional: records before issue 14 lack them
+            load = self.env.get(key)
+            if load is not None and not (isinstance(load, list) and len(load) == 3
+                                         and all(_is_number(x) and x >= 0 for x in load)):
+                raise ValueError(f"env {key!r} must be the 1, 5 and 15 min load averages "
+                                 f"(3 numbers >= 0) or null, not {load!r}")
         self._validate_metrics(self.metrics, "")
         missing = [m for m in REQUIRED_METRICS if m not in self.metrics]
         if not any(t in self.metrics for t in THROUGHPUT_METRICS):
