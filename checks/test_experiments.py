@@ -112,7 +112,7 @@ def _fake_record(peaks: list[int], payload: float, **extra: float):
                **{k: m(v) for k, v in extra.items()}}
     per_rank = [{"rank": i, "metrics": {"peak_tensor_bytes": m(p), "peak_memory_bytes": m(10 * p)}}
                 for i, p in enumerate(peaks)]
-    return SimpleNamespace(metrics=metrics, per_rank=per_rank)
+    return SimpleNamespace(metrics=metrics, per_rank=per_rank, history={"step_time_s": [1.0, 1.0]})
 
 
 def test_sparq_memory_claims_use_the_sum_over_nodes():
