@@ -96,6 +96,63 @@ def test_bandwidth_sweep_takes_the_papers_numbers_from_the_reference_tables():
     assert vs_fastest == {("protocol", "80mbit"): pytest.approx(592.41 / 602.57)}
 
 
+def _fake_record(peaks: list[int], payload: float, **extra: float):
+    """A stand-in result record with known per-rank peak tensor bytes (what the sparq tables and
+    claims read from a record), the record-level peak being the max over ranks as the harness has it."""
+    from types import SimpleNamespace
+
+    from harness.results.schema import Metric
+
+    def m(v, unit="bytes"):
+        return Metric(value=v, unit=unit, higher_is_better=False)
+
+    metrics = {"peak_tensor_bytes": m(max(peaks)), "payload_bytes_per_step": m(payload),
+               "peak_memory_bytes": m(10 * max(peaks)), "peak_memory_growth_bytes": m(max(peaks)),
+               "final_loss": m(1.0, "nats/token"), "step_time_s": m(1.0, "s"),
+               **{k: m(v) for k, v in extra.items()}}
+    per_rank = [{"rank": i, "metrics": {"peak_tensor_bytes": m(p), "peak_memory_bytes": m(10 * p)}}
+                for i, p in enumerate(peaks)]
+    return SimpleNamespace(metrics=metrics, per_rank=per_rank, history={"step_time_s": [1.0, 1.0]})
+
+
+def test_sparq_memory_claims_use_the_sum_over_nodes():
+    """SparQ Table 2's memory is "total peak memory usage on two GPUs": the claims divide the SUM of
+    the ranks' peaks; the per-node maximum is only reported beside it.  The numbers are chosen so
+    that the two aggregates disagree on the verdict."""
+    from harness.experiments.sparq import opt125m_rows, peak_tensor, table2_claims
+
+    recs = {"pipeline-sgd": _fake_record([500, 500], 1000.0),  # sum 1000, max 500
+            "aq-sgd": _fake_record([600, 600], 400.0, ef_state_bytes_total=64, ef_state_bytes_rank_max=32),
+            "mezo": _fake_record([450], 0.0),  # one process: sum = max
+            "sparq": _fake_record([100, 500], 100.0)}  # sum 600, max 500
+    assert peak_tensor(recs["sparq"]) == (600.0, 500.0) and peak_tensor(recs["mezo"]) == (450.0, 450.0)
+    _CLAIMS.clear()
+    comm_fo, comm_aq, mem, vs_aq = table2_claims(recs, "fake", 1, 32, 64, 5)
+    _CLAIMS.clear()
+    # 1 - 600/1000 = 40 % saved: supported (the max would give 1 - 500/500 = 0 %: not supported)
+    assert mem.ours == "40.0% (1.67x)" and mem.outcome == "supported"
+    assert "summed over the nodes" in mem.criterion and "0.0% (1.00x)" in mem.how
+    # (1200 - 64 buffers + 64/32 bytes per sample x 1000 samples) / 600 = 3136 / 600
+    assert vs_aq.ours == "5.23x" and vs_aq.outcome == "supported"
+    assert "5.14x" in vs_aq.how  # the max variant, printed beside it: (600 - 32 + 2000) / 500
+    assert comm_fo.ours == "90.0%" and comm_aq.ours == "75.0%"
+    rows = {r["method"]: r for r in opt125m_rows(recs)}
+    assert rows["sparq"]["tensor_sum_vs_fo"] == pytest.approx(0.6)
+    assert rows["sparq"]["tensor_max_vs_fo"] == pytest.approx(1.0)
+    assert rows["mezo"]["tensor_sum_vs_fo"] == pytest.approx(0.45) and rows["mezo"]["nodes"] == 1
+    # the paper's OPT-125M cells, as printed in SparQ Table 2
+    assert rows["aq-sgd"]["paper_mem_SST-2"] == "2+11" and rows["sparq"]["paper_mem_vs_fo_SST-2"] == 0.5
+    assert rows["sparq"]["paper_comm_vs_fo_RTE"] == pytest.approx(2.6 / 15.7)
+    assert rows["sparq"]["paper_mem_vs_fo_WIC"] == pytest.approx(2 / 3)
+
+
+def test_sparq_opt125m_is_a_supporting_experiment():
+    from harness.experiments import SUPPORTING
+
+    exp = get_experiment("sparq-opt125m")
+    assert "sparq-opt125m" in SUPPORTING and "sparq-opt125m" not in ORDER and not exp.paper
+
+
 # ---------------------------------------------------------------------------- timed claims (issue 14)
 
 def _step_times(seed: int, n: int, scale: float = 0.05):

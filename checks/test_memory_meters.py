@@ -6,6 +6,7 @@ kept out of the measured window."""
 from __future__ import annotations
 
 import threading
+from functools import partial
 
 import pytest
 import torch
@@ -85,6 +86,8 @@ def test_counter_is_per_thread():
     pytest.param("aq-sgd", "threads", marks=pytest.mark.slow),
     pytest.param("pipeline-sgd", "gloo", marks=pytest.mark.slow),
     pytest.param("aq-sgd", "gloo", marks=pytest.mark.slow),
+    ("sparq", "threads"),  # the SparQ memory claims rest on these peaks (harness/experiments/sparq.py)
+    pytest.param("sparq", "gloo", marks=pytest.mark.slow),
 ])
 def test_same_config_same_peak_tensor_bytes(algo, backend):
     def peaks():
@@ -98,6 +101,70 @@ def test_same_config_same_peak_tensor_bytes(algo, backend):
     assert top == max(per_rank) > 0
     # the stage holds at least its parameters (float32) for the whole window
     assert min(per_rank) > 4 * 10_000
+
+
+def _send_then_wait(comm, nbytes: int) -> int:
+    """Rank 0 sends ``nbytes`` and, while the message waits unread, reads what its meter holds
+    over its own payload; rank 1 then receives and reads what its meter gained."""
+    m = TensorMemoryMeter()
+    with m:
+        if comm.rank == 0:
+            payload = torch.ones(nbytes, dtype=torch.uint8)
+            base = m.current
+            comm.send(payload, 1)
+            comm.barrier()  # the message is in rank 1's mailbox, not yet received
+            held = m.current - base
+            comm.barrier()
+            return held
+        comm.barrier()
+        base = m.current
+        got = comm.recv(0)
+        gained = m.current - base
+        assert got.numel() == nbytes
+        comm.barrier()
+        return gained
+
+
+def test_threads_message_in_flight_is_counted_by_the_receiver_only():
+    # On the threads backend a queued message counted by the sender would leave the sender's peak
+    # to the scheduling of the receiving thread (harness/comm/threads.py: _in_flight).
+    from harness.comm.threads import run_threads
+
+    nbytes = 1_000_000
+    held, gained = run_threads(2, partial(_send_then_wait, nbytes=nbytes))
+    assert held == 0
+    assert nbytes <= gained <= nbytes + 64  # the frame: payload and its end marker
+
+
+def _send_recv(comm, nbytes: int) -> int:
+    """Rank 0 sends ``nbytes`` (a gloo send completes when the receiver has it) and reads what its
+    meter holds over its payload afterwards; rank 1 reads what its meter gained by receiving."""
+    m = TensorMemoryMeter()
+    with m:
+        if comm.rank == 0:
+            payload = torch.ones(nbytes, dtype=torch.uint8)
+            base = m.current
+            comm.send(payload, 1)
+            return m.current - base
+        base = m.current
+        got = comm.recv(0)
+        assert got.numel() == nbytes
+        return m.current - base
+
+
+@pytest.mark.gloo
+def test_gloo_receive_scratch_is_not_a_ranks_tensor():
+    # A gloo receiver's buffer is sized by the announced frame, never by max_frame_bytes (1 GiB):
+    # a buffer of that size, counted, sat in every receiving rank's peak tensor bytes
+    # (harness/comm/torchdist.py, module docstring).
+    from ._gloo import run_gloo
+
+    nbytes = 1_000_000
+    held, gained = run_gloo(2, partial(_send_recv, nbytes=nbytes))
+    assert held == 0  # the sender's frame is gone once the send completed
+    # the payload's buffer (with its end marker and slack) and at most the header buffer: kilobytes,
+    # not max_frame_bytes
+    assert nbytes <= gained <= nbytes + 8192
 
 
 def test_memory_pass_keeps_times_and_takes_tensor_peak():

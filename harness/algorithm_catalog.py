@@ -1085,4 +1085,9 @@ EXPERIMENTS = [{'name': 'double-quant',
  {'name': 'codecs',
   'summary': 'payload bytes of every codec (serialized, measured) beside its declared floor, dense '
              "and ReLU'd float32 tensors of 1k-256k elements",
+  'paper': False},
+ {'name': 'sparq-opt125m',
+  'summary': 'SparQ Table 2 at the OPT-125M shape (M = 2, P = 5, batch 32, 4-bit, 1 step): FO '
+             'pipeline vs AQ-SGD vs MeZO vs SparQ peak tensor bytes (sum and max over nodes) and '
+             "payload bytes, beside the paper's OPT-125M rows; the memory verdict at this shape",
   'paper': False}]

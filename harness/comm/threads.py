@@ -15,6 +15,7 @@ import time
 from collections import deque
 
 import torch
+from torch.utils._python_dispatch import _disable_current_modes
 
 from .base import (
     FRAME_END,
@@ -30,6 +31,17 @@ from .base import (
 from .progress_board import ProgressBoard
 
 _END = torch.frombuffer(bytearray(FRAME_END), dtype=torch.uint8)
+
+
+def _in_flight(t: torch.Tensor) -> torch.Tensor:
+    """A copy of ``t`` that no rank's tensor meter counts while it waits in a mailbox or a
+    collective slot.  On the process backends a message in flight lies in the transport, not in
+    either rank's tensors; counted in the sender's meter here, it would stay there until the
+    receiving *thread* let it go, and the sender's peak would depend on how the threads were
+    scheduled (two runs of a config would disagree).  The receiver counts it from its first op
+    on it, as a process backend's receiver counts its receive buffer."""
+    with _disable_current_modes():
+        return t.clone()
 
 
 class ThreadsWorld:
@@ -86,7 +98,10 @@ class ThreadsComm(Comm):
             if w.failed is not None:
                 raise CommError(f"rank {self.rank}: send aborted because {w.failed}")
             w.seq += 1
-            frame = (w.seq, pack_frame_header(data.numel(), taghash), torch.cat([data, _END]))
+            # the send buffer, counted by the sender while it exists, as on the process backends
+            body = torch.cat([data, _END])
+            frame = (w.seq, pack_frame_header(data.numel(), taghash), _in_flight(body))
+            del body
             w.mail.setdefault((self.rank, dst), deque()).append(frame)
             w.cond.notify_all()
 
@@ -139,14 +154,14 @@ class ThreadsComm(Comm):
         return parts
 
     def _all_gather_raw(self, data):
-        parts = self._collective(data.clone(), "all_gather")
+        parts = self._collective(_in_flight(data), "all_gather")
         sizes = {p.numel() for p in parts}
         if len(sizes) != 1:
             raise CommError(f"rank {self.rank}: all_gather with unequal sizes {sorted(sizes)}")
         return [p.clone() for p in parts]
 
     def _broadcast_raw(self, data, src):
-        parts = self._collective(data.clone() if self.rank == src else None, "broadcast")
+        parts = self._collective(_in_flight(data) if self.rank == src else None, "broadcast")
         return parts[src].clone()
 
     def _barrier(self):

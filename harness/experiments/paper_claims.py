@@ -27,6 +27,18 @@ def sparq_table2_rows() -> list[str]:
     return out
 
 
+def sparq_table2_row(row: str) -> dict[str, dict[str, float]]:
+    """One model/dataset row of SparQ Table 2 (e.g. ``"OPT-125M/SST-2"``): per method of
+    :data:`SPARQ_METHODS`, its printed cells by metric (``accuracy`` %, ``memory`` GB,
+    ``communication`` GB; AQ-SGD also ``memory_storage`` GB, the per-sample storage)."""
+    c = _cells("sparq", "table2")
+    out = {m: {metric: float(v) for (s, metric), v in c.items() if s == f"{row}/{m}" and v is not None}
+           for m in SPARQ_METHODS}
+    if not all(out.values()):
+        raise KeyError(f"SparQ Table 2 has no row {row!r}; rows: {', '.join(sparq_table2_rows())}")
+    return out
+
+
 def sparq_table2_summary() -> dict[str, float]:
     """SparQ §5 "Achieves the Best Efficiency", from Table 2 (15 model/dataset rows, P = 5, 4-bit):
 

@@ -35,10 +35,11 @@ MODULES = {
     "foundation": "foundation",
     "scaling": "scaling",
     "codecs": "codecs",
+    "sparq-opt125m": "sparq",
 }
 # ``reproduce all``: the papers' experiments, each family's first, the cross-family sweep last
 ORDER = ("double-quant", "clapping", "protocol", "sparq", "distzo2", "bandwidth")
-SUPPORTING = ("foundation", "scaling", "codecs")  # run by name only
+SUPPORTING = ("foundation", "scaling", "codecs", "sparq-opt125m")  # run by name only
 
 EXPERIMENTS: dict[str, Experiment] = {}
 
