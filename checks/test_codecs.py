@@ -38,7 +38,7 @@ from algorithms.codecs import (
     unpack_bits,
 )
 from algorithms.codecs._rng import random_words
-from algorithms.codecs.quant import channels_of
+from algorithms.codecs.quant import channels_of, fixpoint_scales
 
 seeds = st.integers(0, 2**32 - 1)
 ALPHA = 1e-9  # per-assertion false-alarm rate for Monte Carlo checks
@@ -1011,3 +1011,34 @@ def test_channel_count_is_the_last_dimension_of_a_2d_or_larger_tensor():
     # granularity have one scale in all (channels_of's contract).
     assert [channels_of(s, False) for s in [(), (7,), (3, 5), (2, 3, 4)]] == [1, 1, 5, 4]
     assert [channels_of(s, True) for s in [(), (7,), (3, 5), (2, 3, 4)]] == [1, 1, 1, 1]
+
+
+@pytest.mark.parametrize("shape", [(0,), (0, 5), (5, 0)])
+@pytest.mark.parametrize("signed", [True, False])
+def test_fixpoint_codes_of_an_empty_tensor_are_empty_on_the_right_grid(shape, signed):
+    # the n == 0 branch of fixpoint_quantize builds its FixpointCodes by hand
+    # (checks/MUTATION.md): no code, no nonzero, the grid's zero code, the scales
+    x = torch.empty(shape)
+    fc = fixpoint_quantize(x, 4, signed)
+    assert fc.codes.dtype == torch.uint8 and fc.codes.shape == (0,)
+    assert (fc.zero_code, fc.nnz, fc.signed) == ((8 if signed else 0), 0, signed)
+    assert torch.equal(fc.scales, fixpoint_scales(x))
+    assert fixpoint_dequantize(fc.codes, fc.scales, 4, signed, shape, x.dtype).shape == shape
+
+
+def test_fixpoint_bits_range_is_1_to_16_inclusive():
+    x = torch.randn(6, 5, generator=torch.Generator().manual_seed(0))
+    assert fixpoint_quantize(x, 16).codes.dtype == torch.int32
+    for bits in (0, 17):
+        with pytest.raises(CodecError, match=f"^qchannel: bits={bits} out of range 1..16$"):
+            fixpoint_quantize(x, bits)
+
+
+@given(seed=st.integers(0, 2**31 - 1))
+def test_tensor_granularity_gives_one_scale_and_its_codes(seed):
+    x = torch.randn(6, 5, generator=torch.Generator().manual_seed(seed))
+    fc = fixpoint_quantize(x, 4, tensor_granularity=True)
+    assert torch.equal(fc.scales, fixpoint_scales(x, True)) and fc.scales.numel() == 1
+    d = fc.scales.float() + torch.tensor(1e-6)  # s + 1e-6 in float32, as the codec rounds it
+    ref = torch.round(x / (d * 2.0**-3)).clamp(-8, 7) + 8
+    assert torch.equal(fc.codes.long(), ref.reshape(-1).long())
