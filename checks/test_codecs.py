@@ -1034,11 +1034,26 @@ def test_fixpoint_bits_range_is_1_to_16_inclusive():
             fixpoint_quantize(x, bits)
 
 
+@pytest.mark.parametrize("bits", [1, 3, 4, 8, 12])
+@pytest.mark.parametrize(("signed", "tensor", "fast"), [
+    (True, False, True), (True, False, False), (True, True, True), (False, False, False),
+    (False, True, True)])
 @given(seed=st.integers(0, 2**31 - 1))
-def test_tensor_granularity_gives_one_scale_and_its_codes(seed):
+def test_fixpoint_codes_are_the_rounded_quotients_by_the_scale(seed, bits, signed, tensor, fast):
+    # AQ-SGD's fixpoint quantiser as written in fixpoint_quantize's docstring:
+    # q = round(x / ((s + 1e-6) 2^(1-b))) (signed) or round(x / (s + 1e-6) (2^b - 1));
+    # s is one scale per tensor or per channel; s + 1e-6 rounds in float32.
     x = torch.randn(6, 5, generator=torch.Generator().manual_seed(seed))
-    fc = fixpoint_quantize(x, 4, tensor_granularity=True)
-    assert torch.equal(fc.scales, fixpoint_scales(x, True)) and fc.scales.numel() == 1
-    d = fc.scales.float() + torch.tensor(1e-6)  # s + 1e-6 in float32, as the codec rounds it
-    ref = torch.round(x / (d * 2.0**-3)).clamp(-8, 7) + 8
+    if not signed:
+        x = x.abs()
+    fc = fixpoint_quantize(x, bits, signed, tensor, fast=fast)
+    assert torch.equal(fc.scales, fixpoint_scales(x, tensor))
+    assert fc.scales.numel() == (1 if tensor else 5)
+    d = fc.scales.float() + torch.tensor(1e-6)
+    if signed:
+        z = 2 ** (bits - 1)
+        ref = torch.round(x / (d * 2.0 ** (1 - bits))).clamp(-z, z - 1) + z
+    else:
+        ref = torch.round((x / d) * float(2**bits - 1)).clamp(0, 2**bits - 1)
     assert torch.equal(fc.codes.long(), ref.reshape(-1).long())
+    assert fc.nnz == int(torch.count_nonzero(ref - (2 ** (bits - 1) if signed else 0)))
