@@ -1056,4 +1056,6 @@ def test_fixpoint_codes_are_the_rounded_quotients_by_the_scale(seed, bits, signe
     else:
         ref = torch.round((x / d) * float(2**bits - 1)).clamp(0, 2**bits - 1)
     assert torch.equal(fc.codes.long(), ref.reshape(-1).long())
+    assert fc.codes.dtype == (torch.uint8 if bits <= 8 else torch.int32)  # the wire code width
+    assert (fc.zero_code, fc.signed) == ((2 ** (bits - 1) if signed else 0), signed)
     assert fc.nnz == int(torch.count_nonzero(ref - (2 ** (bits - 1) if signed else 0)))
