@@ -38,7 +38,7 @@ from algorithms.codecs import (
     unpack_bits,
 )
 from algorithms.codecs._rng import random_words
-from algorithms.codecs.quant import channels_of
+from algorithms.codecs.quant import channels_of, fixpoint_scales
 
 seeds = st.integers(0, 2**32 - 1)
 ALPHA = 1e-9  # per-assertion false-alarm rate for Monte Carlo checks
@@ -1011,3 +1011,51 @@ def test_channel_count_is_the_last_dimension_of_a_2d_or_larger_tensor():
     # granularity have one scale in all (channels_of's contract).
     assert [channels_of(s, False) for s in [(), (7,), (3, 5), (2, 3, 4)]] == [1, 1, 5, 4]
     assert [channels_of(s, True) for s in [(), (7,), (3, 5), (2, 3, 4)]] == [1, 1, 1, 1]
+
+
+@pytest.mark.parametrize("shape", [(0,), (0, 5), (5, 0)])
+@pytest.mark.parametrize("signed", [True, False])
+def test_fixpoint_codes_of_an_empty_tensor_are_empty_on_the_right_grid(shape, signed):
+    # the n == 0 branch of fixpoint_quantize builds its FixpointCodes by hand
+    # (checks/MUTATION.md): no code, no nonzero, the grid's zero code, the scales
+    x = torch.empty(shape)
+    fc = fixpoint_quantize(x, 4, signed)
+    assert fc.codes.dtype == torch.uint8 and fc.codes.shape == (0,)
+    assert (fc.zero_code, fc.nnz, fc.signed) == ((8 if signed else 0), 0, signed)
+    assert torch.equal(fc.scales, fixpoint_scales(x))
+    assert fixpoint_dequantize(fc.codes, fc.scales, 4, signed, shape, x.dtype).shape == shape
+
+
+def test_fixpoint_bits_range_is_1_to_16_inclusive():
+    x = torch.randn(6, 5, generator=torch.Generator().manual_seed(0))
+    assert fixpoint_quantize(x, 16).codes.dtype == torch.int32
+    for bits in (0, 17):
+        with pytest.raises(CodecError, match=f"^qchannel: bits={bits} out of range 1..16$"):
+            fixpoint_quantize(x, bits)
+
+
+@pytest.mark.parametrize("bits", [1, 3, 4, 8, 12])
+@pytest.mark.parametrize(("signed", "tensor", "fast"), [
+    (True, False, True), (True, False, False), (True, True, True), (False, False, False),
+    (False, True, True)])
+@given(seed=st.integers(0, 2**31 - 1))
+def test_fixpoint_codes_are_the_rounded_quotients_by_the_scale(seed, bits, signed, tensor, fast):
+    # AQ-SGD's fixpoint quantiser as written in fixpoint_quantize's docstring:
+    # q = round(x / ((s + 1e-6) 2^(1-b))) (signed) or round(x / (s + 1e-6) (2^b - 1));
+    # s is one scale per tensor or per channel; s + 1e-6 rounds in float32.
+    x = torch.randn(6, 5, generator=torch.Generator().manual_seed(seed))
+    if not signed:
+        x = x.abs()
+    fc = fixpoint_quantize(x, bits, signed, tensor, fast=fast)
+    assert torch.equal(fc.scales, fixpoint_scales(x, tensor))
+    assert fc.scales.numel() == (1 if tensor else 5)
+    d = fc.scales.float() + torch.tensor(1e-6)
+    if signed:
+        z = 2 ** (bits - 1)
+        ref = torch.round(x / (d * 2.0 ** (1 - bits))).clamp(-z, z - 1) + z
+    else:
+        ref = torch.round((x / d) * float(2**bits - 1)).clamp(0, 2**bits - 1)
+    assert torch.equal(fc.codes.long(), ref.reshape(-1).long())
+    assert fc.codes.dtype == (torch.uint8 if bits <= 8 else torch.int32)  # the wire code width
+    assert (fc.zero_code, fc.signed) == ((2 ** (bits - 1) if signed else 0), signed)
+    assert fc.nnz == int(torch.count_nonzero(ref - (2 ** (bits - 1) if signed else 0)))

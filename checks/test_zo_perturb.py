@@ -10,7 +10,7 @@ import torch
 from hypothesis import given
 from hypothesis import strategies as st
 
-from algorithms.zo.perturb import NO_CLOCK, Perturber, step_seeds, z_for, zo_update
+from algorithms.zo.perturb import NO_CLOCK, Perturber, as_scalar, step_seeds, z_for, zo_update
 from harness.models import build_model, split_model
 
 SEEDS = st.integers(0, 2**63 - 1)
@@ -104,6 +104,44 @@ def test_update_is_minus_lr_over_p_sum_g_z():
     for (i, t), x in zip(params, x0, strict=True):
         G = sum(gi * z_for(s, i, x.shape, torch.float64) for s, gi in zip(seeds, g, strict=True)) / 3
         torch.testing.assert_close(t, x - lr * G, rtol=0, atol=1e-12)  # seed-sparq P12
+
+
+@given(num=st.integers(-(2**40), 2**40), den=st.floats(1e-6, 1e3))
+def test_projected_gradient_is_rounded_to_the_float32_it_travels_as(num, den):
+    # g travels as one float32 (as_scalar's docstring, checks/MUTATION.md): a float64
+    # loss difference must give every rank the float32 value, not the float64 one.
+    diff = torch.tensor(num / 3, dtype=torch.float64)
+    g = as_scalar(diff, den)
+    assert g == float(torch.tensor(num / 3 / den, dtype=torch.float64).to(torch.float32))
+    assert isinstance(g, float)
+
+
+def test_projected_gradient_of_a_float64_difference_is_not_kept_in_float64():
+    g = as_scalar(torch.tensor(1.0, dtype=torch.float64), 3.0)
+    assert g != 1.0 / 3.0 and g == float(torch.tensor(1.0 / 3.0).to(torch.float32))
+
+
+def test_update_with_a_scalar_missing_or_extra_fails():
+    # zip(strict=True): a lost or extra g must not silently drop a direction of Eq. 3
+    for g in ([0.5, -2.0], [0.5, -2.0, 1.25, 3.0]):
+        params = _params(torch.float64)
+        with pytest.raises(ValueError, match="zip"):
+            zo_update(Perturber(params, "exact"), step_seeds(0, 4, 3), g, 0.1)
+
+
+@pytest.mark.parametrize("keep_z", [False, True])
+def test_keep_z_draws_once_per_perturbation_and_without_it_every_pass(keep_z):
+    # module docstring: keep_z reuses one draw for +mu, -2mu and the restore;
+    # without it each pass draws again; an update always draws its own z.
+    params = _params()
+    pert = Perturber(params, "inplace", keep_z=keep_z)
+    for seed in (3, 4):
+        pert.shift(seed, 1e-3)
+        pert.shift(seed, -2e-3)
+        pert.restore()
+        pert.update(seed + 10, 0.5)
+    passes = (1 if keep_z else 3) + 1
+    assert pert.z_generations == 2 * passes * len(params)
 
 
 def test_seed_schedule_is_shared_and_distinct():
