@@ -1059,3 +1059,67 @@ def test_fixpoint_codes_are_the_rounded_quotients_by_the_scale(seed, bits, signe
     assert fc.codes.dtype == (torch.uint8 if bits <= 8 else torch.int32)  # the wire code width
     assert (fc.zero_code, fc.signed) == ((2 ** (bits - 1) if signed else 0), signed)
     assert fc.nnz == int(torch.count_nonzero(ref - (2 ** (bits - 1) if signed else 0)))
+
+
+def _near_tie_inputs(bits: int, dtype: torch.dtype) -> tuple[torch.Tensor, torch.Tensor]:
+    """A channel whose entries sit next to a rounding tie of ``x / den`` (signed grid).
+
+    The first entry fixes the scale; the others are the ``dtype`` neighbours of
+    ``(k + 1/2) den`` for several k, where round() is decided by the last bits
+    of the quotient, so computing it in another float width changes the code.
+    Returns the input and its float64 quotients' reference codes.
+    """
+    top = 0.8125  # exact in float16, so the scale is exact too
+    d64 = torch.tensor(top, dtype=torch.float16).double() + 1e-6
+    den = d64 * 2.0 ** (1 - bits)
+    ks = torch.arange(-(2 ** (bits - 1)) + 1, 2 ** (bits - 1) - 1, dtype=torch.float64)
+    ties = ((ks + 0.5) * den).to(dtype)
+    up = torch.nextafter(ties, torch.full_like(ties, math.inf))
+    down = torch.nextafter(ties, torch.full_like(ties, -math.inf))
+    x = torch.cat([torch.tensor([top], dtype=dtype), ties, up, down])
+    return x, den
+
+
+@pytest.mark.parametrize("bits", [3, 8, 12])
+def test_fixpoint_codes_of_float64_are_computed_in_float64(bits):
+    # A float64 tensor keeps float64 through s + 1e-6 and the division (no
+    # silent float32 step): its codes are the float64 quotients rounded, and
+    # the inputs are chosen so that the float32 quotients round differently.
+    x, den = _near_tie_inputs(bits, torch.float64)
+    z = 2 ** (bits - 1)
+    ref64 = torch.round(x / den).clamp(-z, z - 1) + z
+    d32 = torch.tensor(0.8125, dtype=torch.float16).float() + torch.tensor(1e-6)
+    ref32 = torch.round(x.float() / (d32 * 2.0 ** (1 - bits))).clamp(-z, z - 1) + z
+    assert not torch.equal(ref64, ref32.double())  # the input tells the two widths apart
+    for fast in (True, False):
+        fc = fixpoint_quantize(x, bits, True, False, fast=fast)
+        assert torch.equal(fc.codes.long(), ref64.long()), (bits, fast)
+
+
+@pytest.mark.parametrize("bits", [3, 8, 12])
+@pytest.mark.parametrize("fast", [True, False])
+def test_fixpoint_codes_of_float32_are_computed_in_float32(bits, fast):
+    # A float32 tensor is quantised in float32 (the wire's arithmetic, and the
+    # fast path's): at the neighbours of a tie the float32 quotient rounds
+    # where the exact (float64) one would not.
+    x, _ = _near_tie_inputs(bits, torch.float32)
+    z = 2 ** (bits - 1)
+    d32 = torch.tensor(0.8125, dtype=torch.float16).float() + torch.tensor(1e-6)
+    ref32 = torch.round(x / (d32 * 2.0 ** (1 - bits))).clamp(-z, z - 1) + z
+    d64 = torch.tensor(0.8125, dtype=torch.float16).double() + 1e-6
+    ref64 = torch.round(x.double() / (d64 * 2.0 ** (1 - bits))).clamp(-z, z - 1) + z
+    assert not torch.equal(ref32.double(), ref64)  # the input tells the two widths apart
+    fc = fixpoint_quantize(x, bits, True, False, fast=fast)
+    assert torch.equal(fc.codes.long(), ref32.long())
+
+
+@pytest.mark.parametrize("bits", [1, 4, 8, 12])
+def test_unsigned_grid_clamps_a_negative_entry_to_code_zero(bits):
+    # The unsigned grid is [0, 2^b - 1]; an entry below 0 (a caller who forced
+    # signed=False) takes code 0, it does not wrap around the code width.
+    x = torch.tensor([[-0.5, 0.25, 1.0], [-2.0, 0.0, 0.5]])
+    fc = fixpoint_quantize(x, bits, signed=False, tensor_granularity=True)
+    codes = fc.codes.long().reshape(2, 3)
+    assert codes[0, 0] == 0 and codes[1, 0] == 0
+    assert int(codes.min()) == 0 and int(codes.max()) <= 2**bits - 1
+    assert codes[0, 2] == round(1.0 / (2.0 + 1e-6) * (2**bits - 1))
