@@ -244,8 +244,20 @@ def test_register_codec_extends_make_codec_and_decode():
         c = make_codec("_test_raw8")
         x = torch.arange(6.0).reshape(2, 3)
         assert torch.equal(decode(c.encode(x)), x)
-        with pytest.raises(CodecError):
+        with pytest.raises(CodecError, match=r"^register_codec: wire id 1 outside 32\.\.255$"):
             register_codec("_other", Raw8.__bases__[0], param_size=1)  # id 1 is reserved
+
+        class Clash(Raw8):  # another class on the same wire id
+            pass
+
+        with pytest.raises(CodecError, match=r"^register_codec: wire id 250 already used by Raw8$"):
+            register_codec("_test_clash", Clash, param_size=1)
+        Clash.family = 251
+        with pytest.raises(
+            CodecError, match=r"^register_codec: codec name 'qstoch' already registered$"
+        ):
+            register_codec("qstoch", Clash, param_size=1)
+        assert 251 not in registry._FAMILY_CLASSES  # a refused registration leaves no trace
     finally:
         registry._FACTORIES.pop("_test_raw8", None)
         registry._FAMILY_CLASSES.pop(250, None)
@@ -269,6 +281,33 @@ def test_pack_unpack_round_trip(seed, width, count):
 def test_pack4_layout():
     v = torch.tensor([1, 2, 3, 4, 5, 15, 0], dtype=torch.uint8)
     assert pack_bits(v, 4).tolist() == [0x12, 0x34, 0x5F, 0x00]
+
+
+def test_block_pool_size_is_min_of_4_cpus_and_torch_threads(monkeypatch):
+    """The pool has min(4, cpu_count, torch threads) workers and is skipped below 2
+    (an unknown cpu_count counts as 1); the words never depend on it (test below)."""
+    import os
+    import threading
+
+    from algorithms.codecs import _rng
+
+    def names() -> set[str]:
+        return set(_rng.run_blocks(lambda j: threading.current_thread().name, 4))
+
+    main = {threading.current_thread().name}
+    monkeypatch.setattr(torch, "get_num_threads", lambda: 3)
+    for cpus in (None, 1):
+        monkeypatch.setattr(os, "cpu_count", lambda c=cpus: c)
+        monkeypatch.setattr(_rng, "_pool", None)
+        assert _rng._executor() is None and names() == main
+    monkeypatch.setattr(os, "cpu_count", lambda: 8)
+    monkeypatch.setattr(_rng, "_pool", None)
+    pool = _rng._executor()
+    try:
+        assert pool is not None and pool._max_workers == 3
+        assert all(n.startswith("codec") for n in names())
+    finally:
+        pool.shutdown()
 
 
 def test_random_words_follow_the_documented_stream():
@@ -515,6 +554,23 @@ def test_qstoch_exact_law(seed, bits, dtype, d, log_scale):
     assert abs(mse - var) <= tol
     omega = codec.contraction_bound(d)
     assert mse <= omega**2 * norm2 + tol
+
+
+@pytest.mark.parametrize("bits", [2, 3, 4, 8])
+@pytest.mark.parametrize("d", [2, 10, 100])
+def test_qstoch_contraction_bound_is_the_qsgd_bound_and_nearly_tight(bits, d):
+    """ω² = min(d/(4L²), √d/L), L = 2**(b-1) - 1 (spec seed-double-quant §2.1, QSGD Lemma 3.1),
+    for qstoch and sparse-qstoch; it must cover the worst case x = (L, ½, …, ½): δ = 1 and
+    every ½ is rounded to 0 or 1 with probability ½, so E‖Q(x)−x‖² = (d−1)/4 exactly."""
+    L = 2 ** (bits - 1) - 1
+    for name in ("qstoch", "sparse-qstoch"):
+        omega = make_codec(f"{name}:bits={bits}").contraction_bound(d)
+        assert omega**2 == pytest.approx(min(d / (4 * L * L), math.sqrt(d) / L), rel=1e-12)
+    x = torch.full((d,), 0.5, dtype=torch.float64)
+    x[0] = L
+    mse = (d - 1) / 4
+    assert qstoch_law(x, bits).mse(x) == pytest.approx(mse, rel=1e-12)
+    assert mse <= omega**2 * float((x**2).sum()) * (1 + 1e-12)
 
 
 @settings(max_examples=10)

@@ -202,6 +202,13 @@ def test_opt125m_candidates_centre_on_the_papers_block():
     assert candidates(12, 2, 1) == [[5, 4, 6]]  # 0-based block 5 = the paper's "Block 6"
 
 
+def test_candidates_are_real_blocks_within_the_window():
+    # App. B.1: the blocks within `window` of each even-split target, nearest (then lower) first;
+    # only blocks 0..num_blocks-1 exist, so wide windows are clipped at both ends
+    assert candidates(4, 2, 3) == [[1, 0, 2, 3]]
+    assert candidates(12, 4, 4)[-1] == [8, 7, 9, 6, 10, 5, 11, 4]
+
+
 # --------------------------------------------------------------------------- bad config
 @pytest.mark.parametrize("world, params, message", [
     (2, dict(bits=0), "bits"),
