@@ -4,15 +4,18 @@ schedule is bounded and deterministic; the simulator equals real ranks
 
 from __future__ import annotations
 
+import dataclasses
+
 import pytest
 import torch
 from hypothesis import given
 from hypothesis import strategies as st
 
-from algorithms.dataparallel import ps
+from algorithms.dataparallel import asylpg, ps
 from algorithms.dataparallel.problems import make_problem
+from checks._capture import run_capturing
 from harness.launcher import run
-from harness.registry import make_config
+from harness.registry import ALGORITHMS, get_algorithm, make_config
 from harness.results import params_sha256
 
 F64 = torch.float64
@@ -137,6 +140,24 @@ def test_threads_ranks_equal_the_simulator(variant):
     assert rec.metrics["final_loss"].value == master.losses[-1]
     # every payload byte the Comm metered is one the master accounted for
     assert rec.metrics["payload_bytes_per_step"].value * 2 == master.stats.bytes_total
+
+
+@pytest.mark.parametrize("variant, serial", [("asylpg", prox_svrg), ("acc-asylpg", acc_prox_svrg)])
+def test_rank_program_one_full_precision_worker_is_serial_prox_svrg(variant, serial, monkeypatch):
+    # The registered rank functions are built at import, by asylpg._rank_program (before
+    # mutation testing picks a mutant); build this one here so that its body is what runs.
+    spec = get_algorithm(variant)
+    monkeypatch.setitem(ALGORITHMS, variant, dataclasses.replace(spec, run=asylpg._rank_program(variant)))
+    cfg = make_config(variant, world_size=2, backend="threads", steps=3, seed=3, dtype="float64", model=MODEL,
+                      params=dict(lr=0.05, m=12, batch=8, b=32, bx=32, tau=0, l1=1e-3, l2=1e-3))
+    outs, params = run_capturing(cfg)
+    prob = make_problem(MODEL, l1=1e-3, l2=1e-3, dtype=F64)
+    assert torch.equal(params[0], serial(prob, 0.05, 12, 8, 3, 3))
+    # samples per epoch (module docstring): n for the snapshot gradient + 2 B m for the minibatches
+    samples = prob.n + 2 * 8 * 12
+    for out in outs:
+        assert out.extra["samples_per_step"] == (samples, "samples") and out.tokens_per_step == samples
+    assert "max_realised_mu" in outs[0].extra and "delay_hist_0" not in outs[0].extra  # serve="schedule"
 
 
 @pytest.mark.gloo

@@ -78,8 +78,16 @@ def test_constraint_checked_at_every_quantised_pull():
     _, M = _run("asylpg", mu=1e-12)
     assert M.stats.checks == M.stats.pulls - M.stats.flags > 0
     assert M.stats.violations == M.stats.checks  # nothing meets μ = 1e-12 at 8 bits
+    # the record's names: a pull violates (2) iff its realised E‖Q(x)−x‖² / ‖x − x̃‖² exceeds μ
+    extra = M.stats.extra()
+    assert extra["constraint_checks"] == (M.stats.checks, "checks")
+    assert extra["constraint_violations"] == (M.stats.checks, "checks")
+    assert extra["max_realised_mu"][0] > 1e-12 and extra["max_realised_mu"][1] == "ratio"
     _, M = _run("asylpg", mu=1e12)
     assert M.stats.violations == 0 and M.stats.checks == M.stats.pulls - M.stats.flags
+    extra = M.stats.extra()
+    assert extra["constraint_violations"] == (0, "checks")
+    assert 0 < extra["max_realised_mu"][0] <= 1e12  # 8-bit parameters are lossy, and within μ
     _, A = _run("acc-asylpg", mu=1e-12)
     assert A.stats.checks == A.stats.pulls - A.stats.flags and A.stats.violations == A.stats.checks
     _, F = _run("asyfpg")
@@ -116,6 +124,18 @@ def test_bad_parameters_fail_clearly(kw, text):
     if "workers" not in kw:
         with pytest.raises(ValueError, match=re.escape(text)):
             DQParams(**kw)
+
+
+@pytest.mark.parametrize("kw, text", [
+    (dict(batch=0), "batch must be >= 1, got 0"),
+    (dict(m=-1), "m must be >= 0, got -1"),
+    (dict(l1=-1e-3), "l1 and l2 must be >= 0"),
+    (dict(l2=-1e-3), "l1 and l2 must be >= 0"),
+])
+def test_bad_harness_parameters_fail_clearly(kw, text):
+    # checked by DQParams itself, before the engine's Setup (whose message is generic)
+    with pytest.raises(ValueError, match=re.escape(text)):
+        DQParams(**kw)
 
 
 def test_zero_workers_is_a_config_error():
