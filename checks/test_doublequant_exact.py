@@ -5,10 +5,11 @@ schedule is bounded and deterministic; the simulator equals real ranks
 from __future__ import annotations
 
 import dataclasses
+import hashlib
 
 import pytest
 import torch
-from hypothesis import given
+from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from algorithms.dataparallel import asylpg, ps
@@ -21,6 +22,13 @@ from harness.results import params_sha256
 F64 = torch.float64
 
 
+def stream(seed, *key):
+    """The PS streams' documented seed (harness/seeding.py, ``text=repr``, blake2b, 63 bits),
+    re-derived here: 8-byte blake2b of ``repr((seed, *key))``, little-endian, lowest bit dropped."""
+    h = hashlib.blake2b(repr((seed, *key)).encode(), digest_size=8).digest()
+    return torch.Generator().manual_seed(int.from_bytes(h, "little") >> 1)
+
+
 def prox_svrg(prob, lr, m, batch, epochs, seed):
     """Serial prox-SVRG (Reddi et al.), written out independently of the parameter server."""
     xt = prob.init(seed, F64)
@@ -28,7 +36,7 @@ def prox_svrg(prob, lr, m, batch, epochs, seed):
         g = prob.full_grad(xt)
         x = xt.clone()
         for j in range(m):
-            idx = torch.randint(prob.n, (batch,), generator=ps.keyed_gen(seed, "batch", s, j))
+            idx = torch.randint(prob.n, (batch,), generator=stream(seed, "batch", s, j))
             u = prob.batch_grad(x, idx) - prob.batch_grad(xt, idx) + g
             x = prob.prox(x - lr * u, lr)
         xt = x
@@ -46,7 +54,7 @@ def acc_prox_svrg(prob, lr, m, batch, epochs, seed):
         x = theta * y + (1 - theta) * xt
         acc = torch.zeros_like(x)
         for j in range(m):
-            idx = torch.randint(prob.n, (batch,), generator=ps.keyed_gen(seed, "batch", s, j))
+            idx = torch.randint(prob.n, (batch,), generator=stream(seed, "batch", s, j))
             u = prob.batch_grad(x, idx) - prob.batch_grad(xt, idx) + g
             y = prob.prox(y - eta * u, eta)
             x = xt + theta * (y - xt)
@@ -78,6 +86,13 @@ def test_acc_asylpg_full_precision_is_acc_prox_svrg():
     assert torch.equal(master.x, acc_prox_svrg(prob, 0.05, 12, 8, 3, 3))
     fpg = ps.simulate(prob, _setup("acc-asyfpg", b=8, bx=8), 3, F64)  # baseline ignores the bits
     assert torch.equal(master.x, fpg.x)
+
+
+@settings(max_examples=20, deadline=None)
+@given(seed=st.integers(0, 2**32 - 1), s=st.integers(0, 100), j=st.integers(0, 1000))
+def test_keyed_streams_are_the_documented_blake2b_seeds(seed, s, j):
+    for key in (("batch", s, j), ("g", s, j), ("x", s, j), ("schedule", s)):
+        assert ps.keyed_gen(seed, *key).initial_seed() == stream(seed, *key).initial_seed()
 
 
 @given(m=st.integers(1, 40), workers=st.integers(1, 6), tau=st.integers(0, 6), seed=st.integers(0, 2**32 - 1))

@@ -40,6 +40,8 @@ def test_message_bits_and_bytes_closed_forms(seed, d, b):
     full = wire.full(x)
     assert full.paper_bits == 32 * d and full.nbytes == make_codec("fp64").encoded_nbytes(x)
     assert wire.flag().paper_bits == 1 and wire.flag().nbytes == 1
+    # the kinds of the module's table (dq_wire docstring: flag | dense | sparse | full)
+    assert (dense.kind, sp.kind, full.kind, wire.flag().kind) == ("dense", "sparse", "full", "flag")
     zero = wire.sparse_quantized(torch.zeros(d, dtype=F64), b, 1.0, g)
     assert zero.paper_bits == 32 and zero.nnz == 0
 
@@ -111,8 +113,11 @@ def test_adaptive_bx_never_violates_and_is_monotone_in_mu():
 
 
 @pytest.mark.parametrize("kw, text", [
-    (dict(b=1), "b (gradient bits) must be 2..16"),
-    (dict(bx=1), "b_x (parameter bits) must be 2..16"),
+    (dict(b=1), "b (gradient bits) must be 2..16 bits (or 32 = full precision), got 1"),
+    (dict(bx=1), "b_x (parameter bits) must be 2..16 bits (or 32 = full precision), got 1"),
+    (dict(b=17), "b (gradient bits) must be 2..16 bits (or 32 = full precision), got 17"),
+    (dict(bx=31), "b_x (parameter bits) must be 2..16 bits (or 32 = full precision), got 31"),
+    (dict(phi=1.5), "phi is a fraction of the largest valid budget ‖α‖₁/‖α‖∞ and must be <= 1, got 1.5"),
     (dict(phi=0.0), "phi must be > 0"),
     (dict(phi=-1.0), "phi must be > 0"),
     (dict(tau=-1), "tau must be >= 0"),
@@ -124,6 +129,14 @@ def test_bad_parameters_fail_clearly(kw, text):
     if "workers" not in kw:
         with pytest.raises(ValueError, match=re.escape(text)):
             DQParams(**kw)
+
+
+@pytest.mark.parametrize("b", [2, 16, wire.FULL])
+def test_bit_widths_at_the_bounds_are_accepted(b):
+    # 2..16 inclusive (the qstoch grid L = 2^(b-1) - 1 >= 1 needs b >= 2, algorithms/codecs/quant.py),
+    # or 32 = full precision
+    ps.Setup(ps.VARIANTS["asylpg"], lr=0.1, m=5, b=b, bx=b)
+    DQParams(b=b, bx=b)
 
 
 @pytest.mark.parametrize("kw, text", [
