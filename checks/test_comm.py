@@ -277,3 +277,19 @@ def test_latency_is_injected_per_message(latency):
 
     sender, _ = run_threads(2, prog, latency_ms=latency)
     assert sender >= 3 * latency / 1000  # a lower bound only: sleeping never ends early
+
+
+def test_collective_slots_are_freed_once_every_rank_has_read_them():
+    # Each collective parks the ranks' parts in a slot of the shared world until
+    # all have read it; a slot that outlives its collective is a leak that grows
+    # with every step of a long run (and would hand stale parts to a reused seq).
+    def prog(comm):
+        for i in range(5):
+            comm.all_gather(torch.full((3,), float(comm.rank + i)))
+            comm.broadcast(torch.arange(4.0), src=i % comm.world_size)
+            comm.barrier()
+        return comm.world
+
+    worlds = run_threads(3, prog, timeout_s=30)
+    assert worlds[0] is worlds[1] is worlds[2]
+    assert worlds[0].slots == {}
