@@ -278,6 +278,33 @@ def test_pack_unpack_round_trip(seed, width, count):
     assert packed.numpy().tobytes() == ref.tobytes()
 
 
+@settings(max_examples=3)
+@given(seeds)
+def test_pack_bits_matches_a_bit_loop_at_every_width(seed):
+    """Every width 1..63 against a plain loop over the documented MSB-first stream
+    (bitpack module docstring): stream bit j is bit 7 - j % 8 of byte j // 8, padding 0.
+    Counts 1..9 both fill and leave part of the last byte; the first value has all
+    `width` bits set (so widths 33..63 need their bits above 32).  unpack_bits returns
+    uint8 for width <= 8 and int64 above, as its docstring says."""
+    g = gen(seed)
+    for width in range(1, 64):
+        for count in range(1, 10):
+            bits = torch.randint(0, 2, (count, width), generator=g)
+            bits[0] = 1
+            rows = bits.tolist()
+            vals = torch.tensor([sum(b << (width - 1 - j) for j, b in enumerate(r)) for r in rows])
+            stream = [b for r in rows for b in r]
+            stream += [0] * (-len(stream) % 8)
+            ref = [
+                sum(stream[8 * k + i] << (7 - i) for i in range(8)) for k in range(len(stream) // 8)
+            ]
+            packed = pack_bits(vals, width)
+            assert packed.tolist() == ref, (width, count)
+            out = unpack_bits(packed, width, count)
+            assert out.dtype == (torch.uint8 if width <= 8 else torch.int64), width
+            assert out.tolist() == vals.tolist(), (width, count)
+
+
 def test_pack4_layout():
     v = torch.tensor([1, 2, 3, 4, 5, 15, 0], dtype=torch.uint8)
     assert pack_bits(v, 4).tolist() == [0x12, 0x34, 0x5F, 0x00]
