@@ -12,7 +12,7 @@ import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from harness.comm import FRAME_HEADER_BYTES, CommError, run_threads
+from harness.comm import FRAME_HEADER_BYTES, CommError, ThreadsWorld, run_threads
 from harness.launcher import RankFailed
 
 from ._gloo import run_gloo
@@ -95,6 +95,18 @@ def test_sender_may_reuse_its_buffer():
 
     _, got = run_threads(2, prog)
     assert torch.equal(got, torch.zeros(8, dtype=torch.uint8))
+
+
+def test_a_comm_built_without_options_is_metered():
+    # The Comm contract (harness/comm/base.py docstring): every operation is
+    # metered unless metering is turned off explicitly.  Threads send() only
+    # queues, so one thread can play both ranks.
+    world = ThreadsWorld(2, timeout_s=5)
+    c0, c1 = world.comm(0), world.comm(1)
+    c0.send(torch.arange(5, dtype=torch.uint8), 1)
+    assert torch.equal(c1.recv(0), torch.arange(5, dtype=torch.uint8))
+    assert c0.meter.snapshot().total("sent") == (5, 1)
+    assert c1.meter.snapshot().total("received") == (5, 1)
 
 
 def test_tag_mismatch_is_an_error_not_a_wrong_decode():

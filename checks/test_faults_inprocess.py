@@ -80,6 +80,19 @@ def test_board_names_a_process_that_never_beat_while_others_do():
     assert board.stalled(me=2) == (1, "its process never started communicating")
 
 
+def test_a_closed_comm_is_on_the_board_as_finished():
+    # Comm.close() marks the rank FINISHED, so a peer's timed-out wait blames
+    # it as finished, not as stuck computing (ProgressBoard.stalled()).
+    from harness.comm import ThreadsWorld
+
+    world = ThreadsWorld(2, timeout_s=5)
+    c1 = world.comm(1)
+    rank, why = world.board.stalled(me=0)  # built: computing
+    assert rank == 1 and why.startswith("it has not reached its next communication")
+    c1.close()
+    assert world.board.stalled(me=0) == (1, "it finished its program while others still wait for it")
+
+
 def test_max_run_time_stops_a_run_and_prints_seconds():
     release = threading.Event()
 
