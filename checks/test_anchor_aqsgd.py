@@ -27,7 +27,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from algorithms.pipeline.compressed import AQParams, build_links
-from algorithms.pipeline.links import StepRows
+from algorithms.pipeline.links import SampleMemory, StepRows
 from harness.seeding import keyed_generator
 
 TENSORS = 2  # boundary tensors per micro-batch (keys (mb, 0) and (mb, 1))
@@ -137,3 +137,20 @@ def test_every_sample_buffer_equals_the_dictionary_reference(fwd, dtype, raw_fir
                     want = ref.buf.get((i, s), torch.zeros(SHAPE, dtype=dtype))
                     assert torch.equal(buf[s], want), f"tensor {i} sample {s}"
     assert comm.sent >= steps * micro_batches * TENSORS
+
+
+@given(st.integers(0, 2**32 - 1), st.sampled_from([torch.float32, torch.float64]))
+def test_sample_memory_put_on_a_fresh_memory_stores_the_rows_at_their_sample_ids(seed, dtype):
+    # The memory's contract apart from EFChannel's order of calls: a put needs no earlier get;
+    # the buffer takes the value's dtype and row shape, every other sample stays zero.
+    n, micro_batches = 7, 2
+    g = torch.Generator().manual_seed(seed)
+    sids = torch.randperm(n, generator=g)[:4]
+    rows = StepRows(torch.ones(4, dtype=torch.bool), sids, micro_batches)
+    memory = SampleMemory(n)
+    value = torch.randn((2, *SHAPE), generator=g, dtype=torch.float64).to(dtype)
+    memory.put((1, 0), rows, 1, value)
+    want = torch.zeros((n, *SHAPE), dtype=dtype)
+    want[sids[2:]] = value
+    assert torch.equal(memory.buffers[0], want)
+    assert torch.equal(memory.get((0, 0), rows, 1, value), value)

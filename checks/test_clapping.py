@@ -8,13 +8,16 @@ from collections import deque
 
 import pytest
 import torch
-from hypothesis import given
+from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from algorithms.pipeline import toy
+from algorithms.pipeline.compressed import CompressedParams
 from algorithms.pipeline.lazy import LazyData
 from algorithms.pipeline.links import EFChannel, SlotMemory, StepRows, make_link_codec
-from algorithms.pipeline.optim import PaperAdam, PaperMomentum
+from algorithms.pipeline.optim import PaperAdam, PaperMomentum, make_optimizer
+from harness.data import get_dataset
+from harness.seeding import keyed_generator
 
 SEEDS = st.integers(0, 2**32 - 1)
 
@@ -120,6 +123,51 @@ def test_lazy_sampling_keeps_the_batch_and_ranks_agree():
         prev = a.ids.clone()
 
 
+def _lazy_reference(seed, B, N, p, rule, steps):
+    """Algorithm 1 over a finite set of N / B batches, from lazy.py's docstring: row b's k-th
+    fresh draw is row b of batch order_e[k mod (N/B)], epoch e = k div (N/B), order_0 the stream
+    order and order_e (e >= 1) a seeded permutation, key (seed, "epoch", e); the coins from the
+    key (seed, "lazy-sampling", p, rule).  The keys are part of the contract (harness/seeding.py:
+    changing one changes committed results)."""
+    coin, nb = keyed_generator(seed, "lazy-sampling", p, rule), N // B
+    draws = [-1] * B
+    for t in range(steps):
+        if t == 0:
+            fresh = [True] * B
+        elif rule == "batch":
+            fresh = [bool(torch.rand((), generator=coin) < p)] * B
+        else:
+            fresh = (torch.rand(B, generator=coin) < p).tolist()
+        draws = [k + f for k, f in zip(draws, fresh, strict=True)]
+        sids = []
+        for b, k in enumerate(draws):
+            epoch, pos = divmod(k, nb)
+            order = (torch.arange(nb) if epoch == 0 else
+                     torch.randperm(nb, generator=keyed_generator(seed, "epoch", epoch)))
+            sids.append(int(order[pos]) * B + b)
+        yield fresh, sids
+
+
+@settings(max_examples=4, deadline=None)
+@given(SEEDS, st.sampled_from(["batch", "sample"]), st.sampled_from([0.4, 0.7]))
+def test_lazy_sampling_follows_algorithm_1_over_epochs(seed, rule, p):
+    B, N, steps = 2, 8, 40  # 4 batches, ~4-7 epochs per row: several seeded orders
+    lazy = LazyData("synthetic-uniform", batch_size=B, seq_len=3, seed=seed, p=p, rule=rule, dataset_size=N)
+    data = get_dataset("synthetic-uniform")
+    for t, (fresh, sids) in enumerate(_lazy_reference(seed, B, N, p, rule, steps)):
+        assert lazy.next(t).tolist() == fresh, f"step {t}"
+        assert lazy.sample_ids.tolist() == sids, f"step {t}"
+        for b, sid in enumerate(sids):  # sample j*B + b is row b of batch j
+            ids, labels = data.batch(sid // B, batch_size=B, seq_len=3, seed=seed)
+            assert torch.equal(lazy.ids[b], ids[b]) and torch.equal(lazy.labels[b], labels[b])
+
+
+def test_lazy_sampling_rejects_bad_settings():
+    for p in (0.0, 1.5):
+        with pytest.raises(ValueError, match=rf"^p must be in \(0, 1\], got {p}$"):
+            LazyData("synthetic-uniform", batch_size=2, seq_len=3, seed=0, p=p)
+
+
 @given(SEEDS, st.floats(0.01, 1.0))
 def test_paper_momentum_closed_form(seed, m):
     # P15: constant gradient g, ũ⁰ = 0: ũᵏ = (1 − (1 − m)ᵏ) g
@@ -145,6 +193,27 @@ def test_paper_adam_one_step():
                                - 0.1 * u / (s + 1e-8).sqrt())
 
 
+@given(SEEDS)
+def test_adamw_takes_the_papers_betas_on_the_new_term(seed):
+    # optim.py: the paper's β weights the new term, torch's the old one, so torch gets 1 - β.
+    # Two steps of bias-corrected AdamW written out (Loshchilov & Hutter, Algorithm 2).
+    b1, b2, lr, eps, wd = 0.1, 0.001, 0.01, 1e-8, 0.02
+    g = torch.Generator().manual_seed(seed)
+    w0 = torch.randn(4, generator=g, dtype=torch.float64)
+    grads = [torch.randn(4, generator=g, dtype=torch.float64) for _ in range(2)]
+    w = w0.clone().requires_grad_(True)
+    p = CompressedParams(optimizer="adamw", lr=lr, beta1=b1, beta2=b2, eps=eps, weight_decay=wd)
+    opt = make_optimizer([w], p)
+    want, m, v = w0.clone(), torch.zeros(4, dtype=torch.float64), torch.zeros(4, dtype=torch.float64)
+    for t, gr in enumerate(grads, start=1):
+        w.grad = gr.clone()
+        opt.step()
+        m, v = (1 - b1) * m + b1 * gr, (1 - b2) * v + b2 * gr**2
+        mhat, vhat = m / (1 - (1 - b1) ** t), v / (1 - (1 - b2) ** t)
+        want = want * (1 - lr * wd) - lr * mhat / (vhat.sqrt() + eps)
+    torch.testing.assert_close(w.detach(), want, rtol=1e-12, atol=1e-15)
+
+
 @pytest.fixture(scope="module")
 def toy_gaps():
     prob = toy.make_problem(0, n=4000)
@@ -164,9 +233,26 @@ def test_toy_direct_compression_stalls_at_a_bias_floor_and_clapping_converges(to
     assert none[-1] < direct[-1]
 
 
+@given(SEEDS)
+def test_toy_problem_is_the_documented_construction(seed):
+    # toy.py (App. I.1 where silent, our choice): features ξ* + ε, N(0, 0.5²) and N(0, 0.3²) drawn
+    # in float64 in that order, then a teacher w; labels sign(ξ·w), 0 mapped to +1; f* the minimum.
+    n, d = 300, 6
+    prob = toy.make_problem(seed, n=n, d=d)
+    g = torch.Generator().manual_seed(seed)
+    star = torch.randn(n, d, generator=g, dtype=torch.float64) * 0.5
+    noise = torch.randn(n, d, generator=g, dtype=torch.float64) * 0.3
+    teacher = torch.randn(d, generator=g, dtype=torch.float64)
+    assert torch.equal(prob.xi, star + noise)
+    assert torch.equal(prob.zeta, torch.where(prob.xi @ teacher >= 0, 1.0, -1.0).to(torch.float64))
+    w = torch.randn(d, generator=g, dtype=torch.float64) * 0.1
+    assert prob.f_star <= toy.objective(prob.xi, prob.zeta, w, torch.tensor(0.0, dtype=torch.float64))
+
+
 def test_toy_rejects_bad_settings():
     prob = toy.make_problem(0, n=200, d=5)
-    with pytest.raises(ValueError, match=r"p must be in \(0, 1\]"):
-        toy.train(prob, "fc", seed=0, steps=8, p=0.0)
+    for p in (0.0, 1.5):
+        with pytest.raises(ValueError, match=rf"^p must be in \(0, 1\], got {p}$"):
+            toy.train(prob, "fc", seed=0, steps=8, p=p)
     with pytest.raises(ValueError, match="variant must be one of"):
         toy.train(prob, "aq", seed=0, steps=8)

@@ -244,8 +244,20 @@ def test_register_codec_extends_make_codec_and_decode():
         c = make_codec("_test_raw8")
         x = torch.arange(6.0).reshape(2, 3)
         assert torch.equal(decode(c.encode(x)), x)
-        with pytest.raises(CodecError):
+        with pytest.raises(CodecError, match=r"^register_codec: wire id 1 outside 32\.\.255$"):
             register_codec("_other", Raw8.__bases__[0], param_size=1)  # id 1 is reserved
+
+        class Clash(Raw8):  # another class on the same wire id
+            pass
+
+        with pytest.raises(CodecError, match=r"^register_codec: wire id 250 already used by Raw8$"):
+            register_codec("_test_clash", Clash, param_size=1)
+        Clash.family = 251
+        with pytest.raises(
+            CodecError, match=r"^register_codec: codec name 'qstoch' already registered$"
+        ):
+            register_codec("qstoch", Clash, param_size=1)
+        assert 251 not in registry._FAMILY_CLASSES  # a refused registration leaves no trace
     finally:
         registry._FACTORIES.pop("_test_raw8", None)
         registry._FAMILY_CLASSES.pop(250, None)
@@ -266,9 +278,63 @@ def test_pack_unpack_round_trip(seed, width, count):
     assert packed.numpy().tobytes() == ref.tobytes()
 
 
+@settings(max_examples=3)
+@given(seeds)
+def test_pack_bits_matches_a_bit_loop_at_every_width(seed):
+    """Every width 1..63 against a plain loop over the documented MSB-first stream
+    (bitpack module docstring): stream bit j is bit 7 - j % 8 of byte j // 8, padding 0.
+    Counts 1..9 both fill and leave part of the last byte; the first value has all
+    `width` bits set (so widths 33..63 need their bits above 32).  unpack_bits returns
+    uint8 for width <= 8 and int64 above, as its docstring says."""
+    g = gen(seed)
+    for width in range(1, 64):
+        for count in range(1, 10):
+            bits = torch.randint(0, 2, (count, width), generator=g)
+            bits[0] = 1
+            rows = bits.tolist()
+            vals = torch.tensor([sum(b << (width - 1 - j) for j, b in enumerate(r)) for r in rows])
+            stream = [b for r in rows for b in r]
+            stream += [0] * (-len(stream) % 8)
+            ref = [
+                sum(stream[8 * k + i] << (7 - i) for i in range(8)) for k in range(len(stream) // 8)
+            ]
+            packed = pack_bits(vals, width)
+            assert packed.tolist() == ref, (width, count)
+            out = unpack_bits(packed, width, count)
+            assert out.dtype == (torch.uint8 if width <= 8 else torch.int64), width
+            assert out.tolist() == vals.tolist(), (width, count)
+
+
 def test_pack4_layout():
     v = torch.tensor([1, 2, 3, 4, 5, 15, 0], dtype=torch.uint8)
     assert pack_bits(v, 4).tolist() == [0x12, 0x34, 0x5F, 0x00]
+
+
+def test_block_pool_size_is_min_of_4_cpus_and_torch_threads(monkeypatch):
+    """The pool has min(4, cpu_count, torch threads) workers and is skipped below 2
+    (an unknown cpu_count counts as 1); the words never depend on it (test below)."""
+    import os
+    import threading
+
+    from algorithms.codecs import _rng
+
+    def names() -> set[str]:
+        return set(_rng.run_blocks(lambda j: threading.current_thread().name, 4))
+
+    main = {threading.current_thread().name}
+    monkeypatch.setattr(torch, "get_num_threads", lambda: 3)
+    for cpus in (None, 1):
+        monkeypatch.setattr(os, "cpu_count", lambda c=cpus: c)
+        monkeypatch.setattr(_rng, "_pool", None)
+        assert _rng._executor() is None and names() == main
+    monkeypatch.setattr(os, "cpu_count", lambda: 8)
+    monkeypatch.setattr(_rng, "_pool", None)
+    pool = _rng._executor()
+    try:
+        assert pool is not None and pool._max_workers == 3
+        assert all(n.startswith("codec") for n in names())
+    finally:
+        pool.shutdown()
 
 
 def test_random_words_follow_the_documented_stream():
@@ -515,6 +581,23 @@ def test_qstoch_exact_law(seed, bits, dtype, d, log_scale):
     assert abs(mse - var) <= tol
     omega = codec.contraction_bound(d)
     assert mse <= omega**2 * norm2 + tol
+
+
+@pytest.mark.parametrize("bits", [2, 3, 4, 8])
+@pytest.mark.parametrize("d", [2, 10, 100])
+def test_qstoch_contraction_bound_is_the_qsgd_bound_and_nearly_tight(bits, d):
+    """ω² = min(d/(4L²), √d/L), L = 2**(b-1) - 1 (spec seed-double-quant §2.1, QSGD Lemma 3.1),
+    for qstoch and sparse-qstoch; it must cover the worst case x = (L, ½, …, ½): δ = 1 and
+    every ½ is rounded to 0 or 1 with probability ½, so E‖Q(x)−x‖² = (d−1)/4 exactly."""
+    L = 2 ** (bits - 1) - 1
+    for name in ("qstoch", "sparse-qstoch"):
+        omega = make_codec(f"{name}:bits={bits}").contraction_bound(d)
+        assert omega**2 == pytest.approx(min(d / (4 * L * L), math.sqrt(d) / L), rel=1e-12)
+    x = torch.full((d,), 0.5, dtype=torch.float64)
+    x[0] = L
+    mse = (d - 1) / 4
+    assert qstoch_law(x, bits).mse(x) == pytest.approx(mse, rel=1e-12)
+    assert mse <= omega**2 * float((x**2).sum()) * (1 + 1e-12)
 
 
 @settings(max_examples=10)
@@ -1059,3 +1142,67 @@ def test_fixpoint_codes_are_the_rounded_quotients_by_the_scale(seed, bits, signe
     assert fc.codes.dtype == (torch.uint8 if bits <= 8 else torch.int32)  # the wire code width
     assert (fc.zero_code, fc.signed) == ((2 ** (bits - 1) if signed else 0), signed)
     assert fc.nnz == int(torch.count_nonzero(ref - (2 ** (bits - 1) if signed else 0)))
+
+
+def _near_tie_inputs(bits: int, dtype: torch.dtype) -> tuple[torch.Tensor, torch.Tensor]:
+    """A channel whose entries sit next to a rounding tie of ``x / den`` (signed grid).
+
+    The first entry fixes the scale; the others are the ``dtype`` neighbours of
+    ``(k + 1/2) den`` for several k, where round() is decided by the last bits
+    of the quotient, so computing it in another float width changes the code.
+    Returns the input and its float64 quotients' reference codes.
+    """
+    top = 0.8125  # exact in float16, so the scale is exact too
+    d64 = torch.tensor(top, dtype=torch.float16).double() + 1e-6
+    den = d64 * 2.0 ** (1 - bits)
+    ks = torch.arange(-(2 ** (bits - 1)) + 1, 2 ** (bits - 1) - 1, dtype=torch.float64)
+    ties = ((ks + 0.5) * den).to(dtype)
+    up = torch.nextafter(ties, torch.full_like(ties, math.inf))
+    down = torch.nextafter(ties, torch.full_like(ties, -math.inf))
+    x = torch.cat([torch.tensor([top], dtype=dtype), ties, up, down])
+    return x, den
+
+
+@pytest.mark.parametrize("bits", [3, 8, 12])
+def test_fixpoint_codes_of_float64_are_computed_in_float64(bits):
+    # A float64 tensor keeps float64 through s + 1e-6 and the division (no
+    # silent float32 step): its codes are the float64 quotients rounded, and
+    # the inputs are chosen so that the float32 quotients round differently.
+    x, den = _near_tie_inputs(bits, torch.float64)
+    z = 2 ** (bits - 1)
+    ref64 = torch.round(x / den).clamp(-z, z - 1) + z
+    d32 = torch.tensor(0.8125, dtype=torch.float16).float() + torch.tensor(1e-6)
+    ref32 = torch.round(x.float() / (d32 * 2.0 ** (1 - bits))).clamp(-z, z - 1) + z
+    assert not torch.equal(ref64, ref32.double())  # the input tells the two widths apart
+    for fast in (True, False):
+        fc = fixpoint_quantize(x, bits, True, False, fast=fast)
+        assert torch.equal(fc.codes.long(), ref64.long()), (bits, fast)
+
+
+@pytest.mark.parametrize("bits", [3, 8, 12])
+@pytest.mark.parametrize("fast", [True, False])
+def test_fixpoint_codes_of_float32_are_computed_in_float32(bits, fast):
+    # A float32 tensor is quantised in float32 (the wire's arithmetic, and the
+    # fast path's): at the neighbours of a tie the float32 quotient rounds
+    # where the exact (float64) one would not.
+    x, _ = _near_tie_inputs(bits, torch.float32)
+    z = 2 ** (bits - 1)
+    d32 = torch.tensor(0.8125, dtype=torch.float16).float() + torch.tensor(1e-6)
+    ref32 = torch.round(x / (d32 * 2.0 ** (1 - bits))).clamp(-z, z - 1) + z
+    d64 = torch.tensor(0.8125, dtype=torch.float16).double() + 1e-6
+    ref64 = torch.round(x.double() / (d64 * 2.0 ** (1 - bits))).clamp(-z, z - 1) + z
+    assert not torch.equal(ref32.double(), ref64)  # the input tells the two widths apart
+    fc = fixpoint_quantize(x, bits, True, False, fast=fast)
+    assert torch.equal(fc.codes.long(), ref32.long())
+
+
+@pytest.mark.parametrize("bits", [1, 4, 8, 12])
+def test_unsigned_grid_clamps_a_negative_entry_to_code_zero(bits):
+    # The unsigned grid is [0, 2^b - 1]; an entry below 0 (a caller who forced
+    # signed=False) takes code 0, it does not wrap around the code width.
+    x = torch.tensor([[-0.5, 0.25, 1.0], [-2.0, 0.0, 0.5]])
+    fc = fixpoint_quantize(x, bits, signed=False, tensor_granularity=True)
+    codes = fc.codes.long().reshape(2, 3)
+    assert codes[0, 0] == 0 and codes[1, 0] == 0
+    assert int(codes.min()) == 0 and int(codes.max()) <= 2**bits - 1
+    assert codes[0, 2] == round(1.0 / (2.0 + 1e-6) * (2**bits - 1))

@@ -175,7 +175,8 @@ def _collective_body(seed: int, shape: tuple[int, ...], comm):
     b = comm.broadcast(x if comm.rank == 1 else torch.zeros_like(x), src=1, tag="bc")
     comm.barrier()
     return {"x": x, "sum": s, "max": mx, "parts": parts, "b": b,
-            "sent": comm.meter.snapshot().total("sent"), "framing": comm.meter.snapshot().framing_bytes}
+            "sent": comm.meter.snapshot().total("sent"), "received": comm.meter.snapshot().total("received"),
+            "framing": comm.meter.snapshot().framing_bytes}
 
 
 def _collective_program(seed: int, shape: tuple[int, ...]):
@@ -198,7 +199,13 @@ def _check_collectives(res, world, shape):
         per_peer = 3 * nbytes + (nbytes if rank == 1 else 0)
         msgs = 3 * (world - 1) + (world - 1 if rank == 1 else 0)
         assert r["sent"] == (per_peer * (world - 1), msgs)
+        # each rank takes in W-1 peers' bytes per gather; every non-source rank takes in the
+        # broadcast tensor once, as one message.
+        got = 3 * nbytes * (world - 1) + (0 if rank == 1 else nbytes)
+        assert r["received"] == (got, 3 * (world - 1) + (0 if rank == 1 else 1))
         assert r["framing"] == 0  # framing is counted for send/recv only (byte_meter docstring)
+    # conservation: every byte sent is received somewhere, once
+    assert sum(r["sent"][0] for r in res) == sum(r["received"][0] for r in res)
 
 
 @given(seed=seeds, world=st.integers(2, 4), shape=st.sampled_from([(1,), (7,), (3, 5)]))
@@ -270,3 +277,19 @@ def test_latency_is_injected_per_message(latency):
 
     sender, _ = run_threads(2, prog, latency_ms=latency)
     assert sender >= 3 * latency / 1000  # a lower bound only: sleeping never ends early
+
+
+def test_collective_slots_are_freed_once_every_rank_has_read_them():
+    # Each collective parks the ranks' parts in a slot of the shared world until
+    # all have read it; a slot that outlives its collective is a leak that grows
+    # with every step of a long run (and would hand stale parts to a reused seq).
+    def prog(comm):
+        for i in range(5):
+            comm.all_gather(torch.full((3,), float(comm.rank + i)))
+            comm.broadcast(torch.arange(4.0), src=i % comm.world_size)
+            comm.barrier()
+        return comm.world
+
+    worlds = run_threads(3, prog, timeout_s=30)
+    assert worlds[0] is worlds[1] is worlds[2]
+    assert worlds[0].slots == {}

@@ -11,14 +11,23 @@ from __future__ import annotations
 import functools
 
 import pytest
+import torch
 
-from algorithms.pipeline.compressed import ef_state_elements, expected_bytes_per_step
+from algorithms.pipeline.compressed import (
+    AQParams,
+    ClappingParams,
+    CompressedParams,
+    build_links,
+    ef_state_elements,
+    expected_bytes_per_step,
+)
 from checks._gloo import run_gloo
 from harness.config import ConfigError
 from harness.launcher import run
 from harness.models import PRESETS
 from harness.registry import make_config
 from harness.results.from_ranks import build_record
+from harness.seeding import keyed_seed
 
 COMMON = dict(model="tiny-opt", data="wiki-en", steps=3, seed=7, batch_size=4, seq_len=16, micro_batches=2)
 IDENTITY = {"fwd": "identity", "bwd": "identity"}
@@ -144,6 +153,25 @@ def test_fu_sends_more_than_fc_and_less_than_uncompressed(reference):
 def test_invalid_settings_fail_with_a_clear_message(algo, params, world, match):
     with pytest.raises((ConfigError, ValueError), match=match):
         make_config(algo, world_size=world, params=params, **{**COMMON, "seq_len": 16})
+
+
+@pytest.mark.parametrize("algo,params", [("direct-compress", CompressedParams()), ("aq-sgd", AQParams()),
+                                         ("clapping-fc", ClappingParams()), ("clapping-fu", ClappingParams())])
+def test_each_link_direction_draws_its_own_codec_stream_at_the_sender(algo, params):
+    # links.py: the sender's generator is a link's only randomness, so a randomised codec on two
+    # links (or both ways of one) must not draw the same coins; the stream of link e, direction
+    # act / grad, is keyed (seed, "codec", direction, e) (checks/test_anchor_aqsgd.py relies on it).
+    seed, world = 11, 4
+    seen = []
+    for rank in range(world):
+        ends = build_links(algo, rank, world, params, torch.float32, seed)
+        for ch in (ends.fwd_in, ends.bwd_in):  # receivers draw nothing
+            assert ch is None or ch.generator is None
+        for ch, direction, link in ((ends.fwd_out, "act", rank), (ends.bwd_out, "grad", rank - 1)):
+            if ch is not None:
+                assert ch.generator.initial_seed() == keyed_seed(seed, "codec", direction, link)
+                seen.append(ch.generator.initial_seed())
+    assert len(seen) == 2 * (world - 1) == len(set(seen))
 
 
 def test_clapping_trains_and_evaluates():

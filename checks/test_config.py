@@ -7,6 +7,7 @@ from __future__ import annotations
 import ast
 import dataclasses
 import json
+import re
 from pathlib import Path
 
 import pytest
@@ -48,7 +49,10 @@ def test_max_frame_bytes_bounds_are_inclusive(good):
 @pytest.mark.parametrize("name", sorted(load()))
 def test_only_the_families_that_split_a_batch_refuse_an_uneven_split(name):
     if name in SPLITTERS:
-        with pytest.raises(ConfigError, match=r"batch_size 9 is not divisible by micro_batches 2"):
+        # the whole reason, so a user knows what the rule is (algorithms/pipeline/local.py)
+        with pytest.raises(ConfigError, match=re.escape(
+                "batch_size 9 is not divisible by micro_batches 2 "
+                "(each step splits its batch into micro_batches equal micro-batches)")):
             _default(name, batch_size=9, micro_batches=2)
         assert _default(name, batch_size=8, micro_batches=4).micro_batches == 4
     else:

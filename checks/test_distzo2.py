@@ -1,6 +1,7 @@
 """DistZO2: PertP / DDP / 2D equal single-device MeZO; only scalars cross; sliced bytes."""
 
 from functools import partial
+from types import SimpleNamespace
 
 import pytest
 import torch
@@ -9,6 +10,7 @@ from algorithms.zo.distzo2 import scalar_bytes_per_rank
 from algorithms.zo.estimator import scalars, walk
 from algorithms.zo.offload import slice_len
 from algorithms.zo.perturb import Perturber, step_seeds, zo_update
+from algorithms.zo.throughput import model_extras, rate
 from harness.config import ConfigError
 from harness.data import get_dataset
 from harness.launcher import run
@@ -103,6 +105,32 @@ def test_sliced_transfer_bytes(world, algo):
     for r in rec.per_rank:
         assert r["metrics"]["sent_bytes_per_step[zo2.gather]"].value == N * (world - 1) * S * 4
     assert m["host_master_bytes"].value == N * S * 4  # each rank's host holds only its slice
+    assert m["host_master_bytes"].unit == "bytes"
+
+
+def _measured(n, h2d=(8000, 2.0), d2d=(6000, 0.5)):
+    """An offloader's link counters as :func:`model_extras` reads them: 3 blocks, the largest 1000 float32."""
+    return SimpleNamespace(n=n, esize=4, numel=[1000, 600, 1000], bytes={"h2d": h2d[0], "d2h": 0, "d2d": d2d[0]},
+                           seconds={"h2d": h2d[1], "d2h": 0.0, "d2d": d2d[1]})
+
+
+def test_throughput_model_is_eqs_3_and_4_at_the_measured_rates():
+    # DistZO2 App. C: T_block = M / (n B_PCIe) + (n - 1) M / (n B_NVLink) (Eq. 3), pipelined
+    # max of the two stages, T_step = max(N T_block, T_comp) (Eq. 4); M the largest block
+    M, b_pcie, b_nv = 4000, 8000 / 2.0, 6000 / 0.5
+    tb = M / (2 * b_pcie) + M / (2 * b_nv)
+    assert model_extras(_measured(2), compute_s=1.0, steps=1) == {
+        "link_rate_h2d": (b_pcie, "bytes/s"), "link_rate_d2d": (b_nv, "bytes/s"),
+        "model_t_block_s": (pytest.approx(tb), "s"),
+        "model_t_block_pipelined_s": (pytest.approx(max(M / (2 * b_pcie), M / (2 * b_nv))), "s"),
+        "model_t_comp_s": (1.0, "s"), "model_t_step_s": (pytest.approx(3 * tb), "s")}
+    one = model_extras(_measured(1, d2d=(0, 0.0)), compute_s=12.0, steps=3)  # unsliced: no peer stage
+    assert one["model_t_block_s"] == (M / b_pcie, "s") and "link_rate_d2d" not in one
+    assert one["model_t_step_s"] == (4.0, "s")  # compute-bound: T_comp = 12 s / 3 steps > 3 T_block = 3 s
+    # no measured rate (nothing timed on a link the model needs): no prediction, not a division by 0
+    assert rate(8000, 0.0) is None and rate(0, 1.0) is None
+    assert model_extras(_measured(1, h2d=(8000, 0.0)), compute_s=1.0, steps=1) == {}
+    assert model_extras(_measured(2, d2d=(6000, 0.0)), compute_s=1.0, steps=1) == {}
 
 
 @pytest.mark.parametrize("algo, world, params, message", [

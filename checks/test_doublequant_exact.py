@@ -4,18 +4,29 @@ schedule is bounded and deterministic; the simulator equals real ranks
 
 from __future__ import annotations
 
+import dataclasses
+import hashlib
+
 import pytest
 import torch
-from hypothesis import given
+from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from algorithms.dataparallel import ps
+from algorithms.dataparallel import asylpg, ps
 from algorithms.dataparallel.problems import make_problem
+from checks._capture import run_capturing
 from harness.launcher import run
-from harness.registry import make_config
+from harness.registry import ALGORITHMS, get_algorithm, make_config
 from harness.results import params_sha256
 
 F64 = torch.float64
+
+
+def stream(seed, *key):
+    """The PS streams' documented seed (harness/seeding.py, ``text=repr``, blake2b, 63 bits),
+    re-derived here: 8-byte blake2b of ``repr((seed, *key))``, little-endian, lowest bit dropped."""
+    h = hashlib.blake2b(repr((seed, *key)).encode(), digest_size=8).digest()
+    return torch.Generator().manual_seed(int.from_bytes(h, "little") >> 1)
 
 
 def prox_svrg(prob, lr, m, batch, epochs, seed):
@@ -25,7 +36,7 @@ def prox_svrg(prob, lr, m, batch, epochs, seed):
         g = prob.full_grad(xt)
         x = xt.clone()
         for j in range(m):
-            idx = torch.randint(prob.n, (batch,), generator=ps.keyed_gen(seed, "batch", s, j))
+            idx = torch.randint(prob.n, (batch,), generator=stream(seed, "batch", s, j))
             u = prob.batch_grad(x, idx) - prob.batch_grad(xt, idx) + g
             x = prob.prox(x - lr * u, lr)
         xt = x
@@ -43,7 +54,7 @@ def acc_prox_svrg(prob, lr, m, batch, epochs, seed):
         x = theta * y + (1 - theta) * xt
         acc = torch.zeros_like(x)
         for j in range(m):
-            idx = torch.randint(prob.n, (batch,), generator=ps.keyed_gen(seed, "batch", s, j))
+            idx = torch.randint(prob.n, (batch,), generator=stream(seed, "batch", s, j))
             u = prob.batch_grad(x, idx) - prob.batch_grad(xt, idx) + g
             y = prob.prox(y - eta * u, eta)
             x = xt + theta * (y - xt)
@@ -75,6 +86,13 @@ def test_acc_asylpg_full_precision_is_acc_prox_svrg():
     assert torch.equal(master.x, acc_prox_svrg(prob, 0.05, 12, 8, 3, 3))
     fpg = ps.simulate(prob, _setup("acc-asyfpg", b=8, bx=8), 3, F64)  # baseline ignores the bits
     assert torch.equal(master.x, fpg.x)
+
+
+@settings(max_examples=20, deadline=None)
+@given(seed=st.integers(0, 2**32 - 1), s=st.integers(0, 100), j=st.integers(0, 1000))
+def test_keyed_streams_are_the_documented_blake2b_seeds(seed, s, j):
+    for key in (("batch", s, j), ("g", s, j), ("x", s, j), ("schedule", s)):
+        assert ps.keyed_gen(seed, *key).initial_seed() == stream(seed, *key).initial_seed()
 
 
 @given(m=st.integers(1, 40), workers=st.integers(1, 6), tau=st.integers(0, 6), seed=st.integers(0, 2**32 - 1))
@@ -137,6 +155,24 @@ def test_threads_ranks_equal_the_simulator(variant):
     assert rec.metrics["final_loss"].value == master.losses[-1]
     # every payload byte the Comm metered is one the master accounted for
     assert rec.metrics["payload_bytes_per_step"].value * 2 == master.stats.bytes_total
+
+
+@pytest.mark.parametrize("variant, serial", [("asylpg", prox_svrg), ("acc-asylpg", acc_prox_svrg)])
+def test_rank_program_one_full_precision_worker_is_serial_prox_svrg(variant, serial, monkeypatch):
+    # The registered rank functions are built at import, by asylpg._rank_program (before
+    # mutation testing picks a mutant); build this one here so that its body is what runs.
+    spec = get_algorithm(variant)
+    monkeypatch.setitem(ALGORITHMS, variant, dataclasses.replace(spec, run=asylpg._rank_program(variant)))
+    cfg = make_config(variant, world_size=2, backend="threads", steps=3, seed=3, dtype="float64", model=MODEL,
+                      params=dict(lr=0.05, m=12, batch=8, b=32, bx=32, tau=0, l1=1e-3, l2=1e-3))
+    outs, params = run_capturing(cfg)
+    prob = make_problem(MODEL, l1=1e-3, l2=1e-3, dtype=F64)
+    assert torch.equal(params[0], serial(prob, 0.05, 12, 8, 3, 3))
+    # samples per epoch (module docstring): n for the snapshot gradient + 2 B m for the minibatches
+    samples = prob.n + 2 * 8 * 12
+    for out in outs:
+        assert out.extra["samples_per_step"] == (samples, "samples") and out.tokens_per_step == samples
+    assert "max_realised_mu" in outs[0].extra and "delay_hist_0" not in outs[0].extra  # serve="schedule"
 
 
 @pytest.mark.gloo

@@ -40,6 +40,8 @@ def test_message_bits_and_bytes_closed_forms(seed, d, b):
     full = wire.full(x)
     assert full.paper_bits == 32 * d and full.nbytes == make_codec("fp64").encoded_nbytes(x)
     assert wire.flag().paper_bits == 1 and wire.flag().nbytes == 1
+    # the kinds of the module's table (dq_wire docstring: flag | dense | sparse | full)
+    assert (dense.kind, sp.kind, full.kind, wire.flag().kind) == ("dense", "sparse", "full", "flag")
     zero = wire.sparse_quantized(torch.zeros(d, dtype=F64), b, 1.0, g)
     assert zero.paper_bits == 32 and zero.nnz == 0
 
@@ -78,8 +80,16 @@ def test_constraint_checked_at_every_quantised_pull():
     _, M = _run("asylpg", mu=1e-12)
     assert M.stats.checks == M.stats.pulls - M.stats.flags > 0
     assert M.stats.violations == M.stats.checks  # nothing meets μ = 1e-12 at 8 bits
+    # the record's names: a pull violates (2) iff its realised E‖Q(x)−x‖² / ‖x − x̃‖² exceeds μ
+    extra = M.stats.extra()
+    assert extra["constraint_checks"] == (M.stats.checks, "checks")
+    assert extra["constraint_violations"] == (M.stats.checks, "checks")
+    assert extra["max_realised_mu"][0] > 1e-12 and extra["max_realised_mu"][1] == "ratio"
     _, M = _run("asylpg", mu=1e12)
     assert M.stats.violations == 0 and M.stats.checks == M.stats.pulls - M.stats.flags
+    extra = M.stats.extra()
+    assert extra["constraint_violations"] == (0, "checks")
+    assert 0 < extra["max_realised_mu"][0] <= 1e12  # 8-bit parameters are lossy, and within μ
     _, A = _run("acc-asylpg", mu=1e-12)
     assert A.stats.checks == A.stats.pulls - A.stats.flags and A.stats.violations == A.stats.checks
     _, F = _run("asyfpg")
@@ -103,8 +113,11 @@ def test_adaptive_bx_never_violates_and_is_monotone_in_mu():
 
 
 @pytest.mark.parametrize("kw, text", [
-    (dict(b=1), "b (gradient bits) must be 2..16"),
-    (dict(bx=1), "b_x (parameter bits) must be 2..16"),
+    (dict(b=1), "b (gradient bits) must be 2..16 bits (or 32 = full precision), got 1"),
+    (dict(bx=1), "b_x (parameter bits) must be 2..16 bits (or 32 = full precision), got 1"),
+    (dict(b=17), "b (gradient bits) must be 2..16 bits (or 32 = full precision), got 17"),
+    (dict(bx=31), "b_x (parameter bits) must be 2..16 bits (or 32 = full precision), got 31"),
+    (dict(phi=1.5), "phi is a fraction of the largest valid budget ‖α‖₁/‖α‖∞ and must be <= 1, got 1.5"),
     (dict(phi=0.0), "phi must be > 0"),
     (dict(phi=-1.0), "phi must be > 0"),
     (dict(tau=-1), "tau must be >= 0"),
@@ -116,6 +129,26 @@ def test_bad_parameters_fail_clearly(kw, text):
     if "workers" not in kw:
         with pytest.raises(ValueError, match=re.escape(text)):
             DQParams(**kw)
+
+
+@pytest.mark.parametrize("b", [2, 16, wire.FULL])
+def test_bit_widths_at_the_bounds_are_accepted(b):
+    # 2..16 inclusive (the qstoch grid L = 2^(b-1) - 1 >= 1 needs b >= 2, algorithms/codecs/quant.py),
+    # or 32 = full precision
+    ps.Setup(ps.VARIANTS["asylpg"], lr=0.1, m=5, b=b, bx=b)
+    DQParams(b=b, bx=b)
+
+
+@pytest.mark.parametrize("kw, text", [
+    (dict(batch=0), "batch must be >= 1, got 0"),
+    (dict(m=-1), "m must be >= 0, got -1"),
+    (dict(l1=-1e-3), "l1 and l2 must be >= 0"),
+    (dict(l2=-1e-3), "l1 and l2 must be >= 0"),
+])
+def test_bad_harness_parameters_fail_clearly(kw, text):
+    # checked by DQParams itself, before the engine's Setup (whose message is generic)
+    with pytest.raises(ValueError, match=re.escape(text)):
+        DQParams(**kw)
 
 
 def test_zero_workers_is_a_config_error():

@@ -15,6 +15,7 @@ from pathlib import Path
 import pytest
 
 from harness.comm import CommTimeout, RankFailed, run_threads
+from harness.comm.progress_board import ProgressBoard
 from harness.config import ConfigError
 from harness.launcher import Interrupted, _Signals
 from harness.registry import make_config
@@ -65,6 +66,18 @@ def test_a_timeout_without_a_stalled_rank_says_so():
     assert "timed out after 0.3 s" in str(info.value)
     assert "stopped making progress" not in str(info.value)
     assert isinstance(info.value.__cause__, CommTimeout)
+
+
+def test_board_names_a_process_that_never_beat_while_others_do():
+    # A zeroed slot is "never seen" (ProgressBoard.create_file); once any other
+    # rank has a heartbeat, the lowest rank still at 0 never started (stalled()).
+    # Heartbeat times only need to be > 0 here: no clock comparison is involved.
+    board = ProgressBoard.in_memory(4)
+    board.beat(2)
+    board.beat(3)
+    assert board.stalled(me=2) == (0, "its process never started communicating")
+    board.beat(0)
+    assert board.stalled(me=2) == (1, "its process never started communicating")
 
 
 def test_max_run_time_stops_a_run_and_prints_seconds():

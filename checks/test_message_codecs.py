@@ -6,6 +6,7 @@ out-of-range ids, non-finite scales and truncated or corrupted payloads."""
 from __future__ import annotations
 
 import math
+import re
 import struct
 import zlib
 
@@ -78,7 +79,8 @@ def test_ids_edges_one_by_one(vocab):
 
 
 def test_ids_refuse_floats_bad_specs_and_ids_beyond_the_vocabulary():
-    with pytest.raises(CodecError):
+    msg = "ids: dtype torch.float32 is not supported (supported: uint8, int8, int16, int32, int64)"
+    with pytest.raises(CodecError, match=re.escape(msg)):
         make_codec("ids:vocab=256").encode(torch.tensor([1.0]))
     for spec in ("ids", "ids:vocab=0", "ids:vocab=x", f"ids:vocab={2**32 + 1}", "ids:vocab=5,bits=4"):
         with pytest.raises(CodecError):

@@ -69,6 +69,15 @@ def test_downlink_is_free_when_idle_and_queues_on_fan_in():
     assert math.isclose(p.waited_s, 1.0)
 
 
+@pytest.mark.parametrize("rate,burst,msg", [(0.0, 0, "rate_bps must be > 0"),
+                                             (8e6, -1, "burst_bytes must be >= 0")])
+def test_bucket_rejects_bad_rate_and_burst_with_exact_bounds(rate, burst, msg):
+    # rate must be positive; an empty bucket (burst 0, every byte paid) is allowed
+    with pytest.raises(ValueError, match=f"^{msg}$"):
+        TokenBucket(rate, burst)
+    assert TokenBucket(8e6, 0, FakeClock()).reserve(1_000_000) == 1.0  # 1 MB at 1 MB/s
+
+
 def test_bucket_refills_while_idle():
     clock = FakeClock()
     b = TokenBucket(8e6, 500_000, clock)  # 1 MB/s, half a second of burst

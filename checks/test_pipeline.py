@@ -8,7 +8,9 @@ import time
 
 import pytest
 
-from algorithms.pipeline.sgd import pipeline_bytes_per_step
+from algorithms.codecs import make_codec
+from algorithms.pipeline.engine import LinkCodecs, StageLinks
+from algorithms.pipeline.sgd import SGDParams, pipeline_bytes_per_step
 from harness.launcher import RankFailed, run
 from harness.registry import make_config
 
@@ -77,9 +79,37 @@ def test_counted_bytes_equal_the_closed_form(world, micro, cut):
     assert sends == [micro * tensors * ((r < world - 1) + (r > 0)) for r in range(world)]
 
 
+@pytest.mark.parametrize("world", [1, 2, 3, 4])
+def test_direct_links_are_the_channel_ends_a_stage_touches(world):
+    # stage r touches link r-1 (activations in, gradients out) when r > 0 and link r
+    # (activations out, gradients in) when r < M-1; the pipeline's ends have None there
+    # (engine module docstring, StageLinks)
+    fwd, bwd = make_codec("fp32"), make_codec("fp16")
+    for rank in range(world):
+        links = StageLinks.direct(rank, world, LinkCodecs(forward=fwd, backward=bwd))
+        prev, nxt = rank > 0, rank < world - 1
+        ends = {"fwd_in": (prev, fwd), "bwd_out": (prev, bwd), "fwd_out": (nxt, fwd), "bwd_in": (nxt, bwd)}
+        for name, (present, codec) in ends.items():
+            ch = getattr(links, name)
+            assert (ch is not None) == present, (world, rank, name)
+            assert ch is None or ch.codec is codec, (world, rank, name)
+        assert len(links.all()) == 2 * (prev + nxt)
+
+
+@pytest.mark.parametrize("kw,msg", [
+    ({"lr": 0.0}, "lr must be > 0, got 0.0"),
+    ({"momentum": 1.0}, "momentum must be in [0, 1), got 1.0"),
+    ({"momentum": -0.1}, "momentum must be in [0, 1), got -0.1"),
+    ({"cut": "layer"}, "cut must be one of block, ffn_act, got 'layer'"),
+])
+def test_sgd_params_reject_bad_values_with_the_bound(kw, msg):
+    with pytest.raises(ValueError) as e:
+        SGDParams(**kw)
+    assert str(e.value) == msg
+
+
 def test_closed_form_is_hidden_state_bytes():
     # block cut, fp32 on the wire: B/micro x T x d floats per message plus the codec header
-    from algorithms.codecs import make_codec
     from harness.models import PRESETS
 
     cfg = make_config("pipeline-sgd", world_size=2, **COMMON)

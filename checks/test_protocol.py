@@ -8,8 +8,9 @@ import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from algorithms.protocol.model import ConstrainedModel, first_free_block
+from algorithms.protocol.model import ConstrainedModel, first_free_block, residual_problem
 from algorithms.protocol.pipeline import (
+    ProtocolParams,
     bytes_per_token,
     expected_bytes,
     make_wire,
@@ -30,6 +31,7 @@ from harness.config import ConfigError
 from harness.launcher import rank_program, run
 from harness.models import PRESETS, build_model, build_stage, lm_loss
 from harness.registry import make_config
+from harness.seeding import keyed_generator
 
 F64 = torch.float64
 MODELS = ("tiny-llama", "tiny-gpt2")
@@ -257,3 +259,30 @@ def test_bad_configurations_fail_with_clear_messages():
         make_basis(8, 8, 0)
     with pytest.raises(ConfigError, match=r"needs world size >= 2"):
         _cfg(world_size=1)
+
+
+def test_bounds_and_preset_list_in_the_messages_are_exact():
+    with pytest.raises(ValueError, match=r"^eps must be > 0, got 0\.0$"):  # eps is a divisor's floor
+        ProtocolParams(eps=0.0)
+    assert ProtocolParams(eps=1e-300).eps == 1e-300
+    msg = residual_problem("mlp-64-100-10")
+    head = ("model 'mlp-64-100-10' has no residual transformer blocks; protocol needs a pre-norm "
+            "residual transformer preset (")
+    assert msg.startswith(head) and msg.endswith(")")
+    assert msg[len(head):-1].split(", ") == list(PRESETS)  # every preset, named once, comma-separated
+    assert residual_problem("tiny-llama") is None
+
+
+@settings(max_examples=10, deadline=None)
+@given(seed=seeds, d=st.integers(2, 40), data=st.data())
+def test_basis_is_the_unique_qr_of_its_keyed_gaussian(seed, d, data):
+    # subspace.py: U = Q of QR(Z), R with a positive diagonal, Z ~ N(0, 1) (d x k) from the stream
+    # ("commbench.protocol", "basis", seed), so every rank derives the same U.  That Q is the one
+    # orthonormal U with Z = U R, R = UᵀZ upper triangular with a positive diagonal.
+    k = data.draw(st.integers(1, d - 1))
+    z = torch.randn(d, k, generator=keyed_generator("commbench.protocol", "basis", seed), dtype=F64)
+    U = make_basis(d, k, seed)
+    r = U.T @ z
+    torch.testing.assert_close(U.T @ U, torch.eye(k, dtype=F64), rtol=0, atol=1e-12)
+    torch.testing.assert_close(U @ r, z, rtol=0, atol=1e-12)
+    assert float(r.tril(-1).abs().max()) <= 1e-12 and bool((r.diagonal() > 0).all())

@@ -9,6 +9,7 @@ from hypothesis import strategies as st
 
 from algorithms.codecs import Payload, make_codec
 from algorithms.zo import wire
+from algorithms.zo.sparq import choose_split
 from algorithms.zo.split import candidates, measure_nnz, select_split
 from harness.config import ConfigError
 from harness.data import get_dataset
@@ -198,8 +199,24 @@ def test_split_selection_picks_the_sparsest_candidate_and_reports_it():
     assert len(cuts4) == 3 and list(cuts4) == sorted(set(cuts4))
 
 
+def test_split_window_bounds_the_blocks_the_run_measures():
+    # App. B.1: window 0 leaves one candidate, the even split (block 1 of tiny-opt's 4 for M = 2),
+    # so the run cuts there and measures nothing else (the default window 1 would measure 0, 1, 2)
+    cfg = make_config("sparq", world_size=2, model="tiny-opt", batch_size=2, seq_len=8,
+                      params=dict(split_window=0, calib_batches=1))
+    cuts, rho = choose_split(cfg)
+    assert cuts == (1,) and set(rho) == {1}
+
+
 def test_opt125m_candidates_centre_on_the_papers_block():
     assert candidates(12, 2, 1) == [[5, 4, 6]]  # 0-based block 5 = the paper's "Block 6"
+
+
+def test_candidates_are_real_blocks_within_the_window():
+    # App. B.1: the blocks within `window` of each even-split target, nearest (then lower) first;
+    # only blocks 0..num_blocks-1 exist, so wide windows are clipped at both ends
+    assert candidates(4, 2, 3) == [[1, 0, 2, 3]]
+    assert candidates(12, 4, 4)[-1] == [8, 7, 9, 6, 10, 5, 11, 4]
 
 
 # --------------------------------------------------------------------------- bad config
@@ -227,6 +244,14 @@ def test_cli_rejects_bits_zero(capsys):
 
     assert main(["run", "sparq", "--world-size", "2", "--set", "bits=0"]) == 2
     assert "bits must be an int in 1..8" in capsys.readouterr().err
+
+
+def test_residual_codec_auto_is_fp16_for_quantised_runs_and_raw_for_identity_runs():
+    # wire: the residual is dense, fp16 by default for quantised runs, raw for identity runs
+    x = torch.randn(2, 3, 40, dtype=torch.float64)
+    assert wire.residual_codec("auto", 4).encode(x).nbytes == wire.dense_nbytes((2, 3, 40), 2)
+    assert wire.residual_codec("auto", None).encode(x).nbytes == wire.dense_nbytes((2, 3, 40), 8)
+    assert wire.residual_codec("bf16", None).spec() == make_codec("bf16").spec()  # an explicit codec is kept
 
 
 def test_wire_closed_forms_match_the_codecs():

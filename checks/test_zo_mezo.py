@@ -3,8 +3,9 @@
 import pytest
 import torch
 
-from algorithms.zo.mezo import replay, scalar_log
+from algorithms.zo.mezo import batch, replay, scalar_log
 from harness.config import ConfigError
+from harness.data import get_dataset
 from harness.launcher import run
 from harness.models import build_model
 from harness.registry import make_config
@@ -39,6 +40,17 @@ def test_inplace_mode_reports_restore_drift():
     _, rec = _mezo(mode="inplace", track_drift=True)
     assert 0 < rec.metrics["restore_drift_max"].value < 1e-6
     assert 0 < rec.metrics["restore_drift_fraction"].value < 1
+    assert rec.metrics["restore_drift_max"].unit == "abs"  # an absolute parameter difference
+    assert rec.metrics["restore_drift_fraction"].unit == "ratio"
+
+
+def test_batch_puts_ids_and_labels_on_the_run_device():
+    # the meta device stands in for an accelerator: both tensors must land on the requested device
+    cfg = make_config("mezo", model="tiny-opt", batch_size=2, seq_len=8)
+    ids, labels = batch(cfg, 0, torch.device("meta"))
+    assert ids.device.type == labels.device.type == "meta"
+    ref = get_dataset(cfg.data).batch(0, batch_size=2, seq_len=8, seed=cfg.seed)
+    assert [(t.shape, t.dtype) for t in (ids, labels)] == [(t.shape, t.dtype) for t in ref]
 
 
 def test_scalars_are_float32_values():
