@@ -13,6 +13,7 @@ hypothesis.
 from __future__ import annotations
 
 import math
+import re
 
 import numpy as np
 import pytest
@@ -171,6 +172,31 @@ def test_k_larger_than_d_raises():
             c.encoded_nbytes(x)
         with pytest.raises(CodecError, match="exceeds"):
             c.contraction_bound(10)
+
+
+@pytest.mark.parametrize(
+    "spec,message",
+    [
+        # the option is named after lower-casing, as make_codec compares it
+        ("qstoch:bits=4,BITS=4", "qstoch: option 'bits' given twice"),
+        ("qstoch:bit=4", "qstoch: unknown option 'bit'; valid options: bits"),
+        ("topk:k=3,kk=1", "topk: unknown option 'kk'; valid options: k, ratio, format, index"),
+        ("fp16:bits=4", "fp16: unknown option 'bits'; valid options: none"),
+        ("qstoch:bits", "qstoch: option 'bits' is not key=value"),
+    ],
+)
+def test_bad_spec_messages_name_the_option_and_the_valid_ones(spec, message):
+    # make_codec's docstring: bad options raise CodecError naming the valid choices
+    with pytest.raises(CodecError, match=f"^{re.escape(message)}$"):
+        make_codec(spec)
+
+
+def test_payload_rejection_says_what_a_payload_must_be():
+    # the Payload docstring: a 1-D, contiguous, CPU uint8 tensor
+    msg = ("payload data must be a 1-D contiguous CPU uint8 tensor, got "
+           "dtype=torch.float32, shape=(4,), device=cpu")
+    with pytest.raises(CodecError, match=f"^{re.escape(msg)}$"):
+        Payload(torch.zeros(4))
 
 
 def test_payload_and_decode_reject_non_payloads():

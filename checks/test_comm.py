@@ -4,15 +4,19 @@ sent, collectives are bit-identical on every backend, and nothing hangs."""
 from __future__ import annotations
 
 import functools
+import os
 import threading
 import time
 
 import pytest
 import torch
+import torch.distributed as dist
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from harness.comm import FRAME_HEADER_BYTES, CommError, run_threads
+from harness.comm import FRAME_HEADER_BYTES, CommError, CommTimeout, ThreadsWorld, run_threads
+from harness.comm.progress_board import ProgressBoard
+from harness.comm.torchdist import TorchDistComm, init_process_group_from_env
 from harness.launcher import RankFailed
 
 from ._gloo import run_gloo
@@ -95,6 +99,18 @@ def test_sender_may_reuse_its_buffer():
 
     _, got = run_threads(2, prog)
     assert torch.equal(got, torch.zeros(8, dtype=torch.uint8))
+
+
+def test_a_comm_built_without_options_is_metered():
+    # The Comm contract (harness/comm/base.py docstring): every operation is
+    # metered unless metering is turned off explicitly.  Threads send() only
+    # queues, so one thread can play both ranks.
+    world = ThreadsWorld(2, timeout_s=5)
+    c0, c1 = world.comm(0), world.comm(1)
+    c0.send(torch.arange(5, dtype=torch.uint8), 1)
+    assert torch.equal(c1.recv(0), torch.arange(5, dtype=torch.uint8))
+    assert c0.meter.snapshot().total("sent") == (5, 1)
+    assert c1.meter.snapshot().total("received") == (5, 1)
 
 
 def test_tag_mismatch_is_an_error_not_a_wrong_decode():
@@ -240,6 +256,50 @@ def test_gloo_point_to_point_and_meter_match_threads():
     assert torch.equal(gl[1][0][0], torch.arange(10, dtype=torch.uint8))
     assert gl[1][0][1].numel() == 0
     assert [(r[1], r[2]) for r in th] == [(r[1], r[2]) for r in gl]
+
+
+def test_a_one_rank_gloo_comm_in_this_process(tmp_path, monkeypatch):
+    # The launcher's single-host rendezvous (a FileStore, harness/comm/torchdist.py
+    # module docstring) and a rank's whole life, with one rank so no process is spawned.
+    for k, v in dict(RANK="0", WORLD_SIZE="1", MASTER_ADDR="127.0.0.1", MASTER_PORT="1").items():
+        monkeypatch.setenv(k, v)
+    assert init_process_group_from_env("gloo", 30, store_file=str(tmp_path / "store")) == (0, 1)
+    try:
+        comm = TorchDistComm("gloo", timeout_s=30, board=ProgressBoard.in_memory(1))
+        assert comm.gather_bytes(b"abc") == [b"abc"]
+        comm.barrier()
+        comm.close()  # stops the heartbeat thread and leaves the group
+        assert not dist.is_initialized()
+        assert not [t for t in threading.enumerate() if t.name == "heartbeat0"]
+        comm.close()  # closing again is a no-op, like closing a file twice
+    finally:
+        if dist.is_initialized():
+            dist.destroy_process_group()
+
+
+def _lone_barrier_program(fifo, comm):
+    if comm.rank == 1:  # never enters the barrier; alive until rank 0 gave up on it
+        with open(fifo, "rb") as f:
+            f.read()
+        return None
+    try:
+        comm.barrier()
+    except CommTimeout as e:
+        return str(e)
+    finally:
+        with open(fifo, "wb") as f:
+            f.write(b"x")
+    return "no timeout"
+
+
+@pytest.mark.gloo
+def test_gloo_barrier_times_out_with_a_clear_error(tmp_path):
+    # A named pipe keeps rank 1 alive without a sleep: had it exited, rank 0's
+    # barrier would fail on the closed connection instead of timing out.
+    fifo = tmp_path / "fifo"
+    os.mkfifo(fifo)
+    out = run_gloo(2, functools.partial(_lone_barrier_program, str(fifo)), timeout_s=1)
+    assert out[0] == "rank 0: barrier timed out after 1 s"
 
 
 def _dies_program(comm):

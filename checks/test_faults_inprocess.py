@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 
 from harness.comm import CommTimeout, RankFailed, run_threads
-from harness.comm.progress_board import ProgressBoard
+from harness.comm.progress_board import Heartbeat, ProgressBoard
 from harness.config import ConfigError
 from harness.launcher import Interrupted, _Signals
 from harness.registry import make_config
@@ -78,6 +78,43 @@ def test_board_names_a_process_that_never_beat_while_others_do():
     assert board.stalled(me=2) == (0, "its process never started communicating")
     board.beat(0)
     assert board.stalled(me=2) == (1, "its process never started communicating")
+
+
+def test_a_closed_comm_is_on_the_board_as_finished():
+    # Comm.close() marks the rank FINISHED, so a peer's timed-out wait blames
+    # it as finished, not as stuck computing (ProgressBoard.stalled()).
+    from harness.comm import ThreadsWorld
+
+    world = ThreadsWorld(2, timeout_s=5)
+    c1 = world.comm(1)
+    rank, why = world.board.stalled(me=0)  # built: computing
+    assert rank == 1 and why.startswith("it has not reached its next communication")
+    c1.close()
+    assert world.board.stalled(me=0) == (1, "it finished its program while others still wait for it")
+
+
+def test_a_file_board_and_its_heartbeat_thread(tmp_path):
+    # The process backends' board: a file of zeroed slots (create_file) that each
+    # rank process opens and beats from a liveness thread (module docstring of
+    # harness/comm/progress_board.py).
+    path = tmp_path / "board"
+    ProgressBoard.create_file(path, 3)
+    board, seen = ProgressBoard.open_file(path, 3), ProgressBoard.open_file(path, 3)
+    try:
+        beat = Heartbeat(board, 1)
+        try:
+            # A daemon thread: a rank process that ends without stopping it
+            # (an exception before Comm.close) must still be able to exit.
+            assert [t.daemon for t in threading.enumerate() if t.name == "heartbeat1"] == [True]
+        finally:
+            beat.stop()
+        assert not [t for t in threading.enumerate() if t.name == "heartbeat1"]
+        # Seen through a second mapping of the file: rank 1 beat at start, rank 2
+        # never did, so rank 2 is the one that never started (stalled()).
+        assert seen.stalled(me=0) == (2, "its process never started communicating")
+    finally:
+        board.close()
+        seen.close()
 
 
 def test_max_run_time_stops_a_run_and_prints_seconds():
