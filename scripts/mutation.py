@@ -100,15 +100,8 @@ def _survivors(files: list[str]) -> list[str]:
     return sorted(names)
 
 
-def _sample(n: int, round_: int, seed: int) -> list[str]:
-    """Round ``round_`` of a stratified random sample: ``n`` mutants of every module.
-
-    Generates the mutants (as ``mutmut run`` does first), shuffles each
-    module's mutant names with ``seed`` and takes positions ``[round_ n,
-    (round_ + 1) n)``, so rounds are disjoint and each is a uniform sample of
-    every module: a per-module score estimated from it is unbiased, unlike a
-    run stopped part-way (mutmut runs the cheapest mutants first).
-    """
+def _generate() -> None:
+    """Copy the tree into ``mutants/`` and write every mutant (mutmut run's first step)."""
     from mutmut.__main__ import (
         copy_also_copy_files,
         copy_src_dir,
@@ -116,8 +109,6 @@ def _sample(n: int, round_: int, seed: int) -> list[str]:
         setup_source_paths,
         store_lines_covered_by_tests,
     )
-    from mutmut.mutation.data import SourceFileMutationData
-    from mutmut.utils.file_utils import walk_mutatable_files
 
     WORK.mkdir(exist_ok=True)
     copy_src_dir()
@@ -125,12 +116,22 @@ def _sample(n: int, round_: int, seed: int) -> list[str]:
     setup_source_paths()
     store_lines_covered_by_tests()
     create_mutants(1)
+
+
+def _pick(base: Path, n: int, round_: int, seed: int) -> list[str]:
+    """Round ``round_`` of a stratified random sample: ``n`` mutants of every module.
+
+    Shuffles each module's mutant names with ``seed`` and takes positions
+    ``[round_ n, (round_ + 1) n)``, so rounds of one ``n`` are disjoint and
+    each is a uniform sample of every module: a per-module score estimated
+    from it is unbiased, unlike a run stopped part-way (mutmut runs the
+    cheapest mutants first).
+    """
     picked = []
-    for path in sorted(walk_mutatable_files()):
-        m = SourceFileMutationData(path=path)
-        m.load()
-        names = sorted(m.exit_code_by_key)
-        random.Random(f"{seed}:{path}").shuffle(names)
+    for meta in sorted(base.rglob("*.py.meta")):
+        module = str(meta.relative_to(base))[: -len(".meta")]
+        names = sorted(json.loads(meta.read_text())["exit_code_by_key"])
+        random.Random(f"{seed}:{module}").shuffle(names)
         picked += names[round_ * n:(round_ + 1) * n]
     return picked
 
@@ -144,11 +145,11 @@ def _wilson(k: int, n: int, z: float = 1.96) -> tuple[float, float]:
     return (max(0.0, mid - half), min(1.0, mid + half))
 
 
-def report(name: str) -> str:
+def report(name: str, sample: tuple[int, int, int] | None = None) -> str:
     """Markdown table of the verdicts held in profile ``name``'s copy, per module.
 
     Only mutants with a verdict count (a sample's unchosen mutants are "not
-    checked"). Score = killed / (checked - no tests), with a 95 % Wilson
+    checked"); with ``sample``, only that round's mutants. Score = killed / (checked - no tests), with a 95 % Wilson
     interval since a sample's few mutants per module give a wide one; a row
     per family (``algorithms/zo``, ``harness/comm``...) sums its modules.
     """
@@ -156,12 +157,13 @@ def report(name: str) -> str:
 
     base = WORK if (WORK / MARKER).is_file() and (WORK / MARKER).read_text().strip() == name \
         else PARKED / name
+    only = set(_pick(base, *sample)) if sample else None
     rows: dict[str, dict[str, int]] = {}
     for meta in sorted(base.rglob("*.py.meta")):
         module = str(meta.relative_to(base))[: -len(".meta")]
         c = rows.setdefault(module, {})
-        for code in json.loads(meta.read_text())["exit_code_by_key"].values():
-            if code is not None:
+        for key, code in json.loads(meta.read_text())["exit_code_by_key"].items():
+            if code is not None and (only is None or key in only):
                 st = status_by_exit_code[code]
                 c[st] = c.get(st, 0) + 1
     families: dict[str, dict[str, int]] = {}
@@ -224,7 +226,8 @@ def _run_profile(name: str, files: list[str], sel: list[str], max_children: int,
     from mutmut.__main__ import cli
 
     if sample:
-        mutants = _sample(*sample)
+        _generate()
+        mutants = _pick(WORK, *sample)
         print(f"== sample: {sample[0]} per module, round {sample[1]}, seed {sample[2]}: "
               f"{len(mutants)} mutants", flush=True)
     start, load = time.monotonic(), os.getloadavg()
@@ -279,7 +282,8 @@ def main(argv: list[str] | None = None) -> int:
             ap.error(f"unknown profile {name!r}; --list shows them")
     if args.report:
         for name in args.profiles:
-            print(f"profile {name}\n\n{report(name)}\n")
+            sample = (args.sample, args.round, args.seed) if args.sample else None
+            print(f"profile {name}\n\n{report(name, sample)}\n")
         return 0
     if args.in_process:
         (name,) = args.profiles
