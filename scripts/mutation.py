@@ -11,7 +11,8 @@ that reached the mutated function in its clean run.
     python scripts/mutation.py --list
     python scripts/mutation.py zo codecs-quant --max-children 1
     python scripts/mutation.py zo --mutants 'algorithms.zo.estimator.x_walk*'
-    python scripts/mutation.py all            # the pyproject configuration as is
+    python scripts/mutation.py all            # the pyproject configuration (+ -x)
+    python scripts/mutation.py all --sample 6 --round 0   # 6 random mutants per module
 
 Every profile's checks run with ``-x``, without the slow, gloo, netns and gpu
 checks, and under the ``mutation`` hypothesis profile (checks/conftest.py: a
@@ -28,6 +29,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import random
 import shutil
 import subprocess
 import sys
@@ -98,6 +100,94 @@ def _survivors(files: list[str]) -> list[str]:
     return sorted(names)
 
 
+def _generate() -> None:
+    """Copy the tree into ``mutants/`` and write every mutant (mutmut run's first step)."""
+    from mutmut.__main__ import (
+        copy_also_copy_files,
+        copy_src_dir,
+        create_mutants,
+        setup_source_paths,
+        store_lines_covered_by_tests,
+    )
+
+    WORK.mkdir(exist_ok=True)
+    copy_src_dir()
+    copy_also_copy_files()
+    setup_source_paths()
+    store_lines_covered_by_tests()
+    create_mutants(1)
+
+
+def _pick(base: Path, n: int, round_: int, seed: int) -> list[str]:
+    """Round ``round_`` of a stratified random sample: ``n`` mutants of every module.
+
+    Shuffles each module's mutant names with ``seed`` and takes positions
+    ``[round_ n, (round_ + 1) n)``, so rounds of one ``n`` are disjoint and
+    each is a uniform sample of every module: a per-module score estimated
+    from it is unbiased, unlike a run stopped part-way (mutmut runs the
+    cheapest mutants first).
+    """
+    picked = []
+    for meta in sorted(base.rglob("*.py.meta")):
+        module = str(meta.relative_to(base))[: -len(".meta")]
+        names = sorted(json.loads(meta.read_text())["exit_code_by_key"])
+        random.Random(f"{seed}:{module}").shuffle(names)
+        picked += names[round_ * n:(round_ + 1) * n]
+    return picked
+
+
+def _wilson(k: int, n: int, z: float = 1.96) -> tuple[float, float]:
+    """95 % Wilson interval of a proportion k / n (sound for small n and k = n)."""
+    if n == 0:
+        return (0.0, 1.0)
+    p, d = k / n, 1 + z * z / n
+    mid, half = (p + z * z / (2 * n)) / d, z * ((p * (1 - p) + z * z / (4 * n)) / n) ** 0.5 / d
+    return (max(0.0, mid - half), min(1.0, mid + half))
+
+
+def report(name: str, sample: tuple[int, int, int] | None = None) -> str:
+    """Markdown table of the verdicts held in profile ``name``'s copy, per module.
+
+    Only mutants with a verdict count (a sample's unchosen mutants are "not
+    checked"); with ``sample``, only that round's mutants. Score = killed / (checked - no tests), with a 95 % Wilson
+    interval since a sample's few mutants per module give a wide one; a row
+    per family (``algorithms/zo``, ``harness/comm``...) sums its modules.
+    """
+    from mutmut.stats import status_by_exit_code
+
+    base = WORK if (WORK / MARKER).is_file() and (WORK / MARKER).read_text().strip() == name \
+        else PARKED / name
+    only = set(_pick(base, *sample)) if sample else None
+    rows: dict[str, dict[str, int]] = {}
+    for meta in sorted(base.rglob("*.py.meta")):
+        module = str(meta.relative_to(base))[: -len(".meta")]
+        c = rows.setdefault(module, {})
+        for key, code in json.loads(meta.read_text())["exit_code_by_key"].items():
+            if code is not None and (only is None or key in only):
+                st = status_by_exit_code[code]
+                c[st] = c.get(st, 0) + 1
+    families: dict[str, dict[str, int]] = {}
+    for module, c in rows.items():
+        f = families.setdefault(str(Path(module).parent), {})
+        for k, v in c.items():
+            f[k] = f.get(k, 0) + v
+    cols = ["killed", "survived", "timeout", "suspicious", "no tests"]
+    out = ["| module | checked | " + " | ".join(cols) + " | score | 95 % interval |",
+           "|---|" + "---:|" * (len(cols) + 3)]
+    for label, table in (("", rows), ("**family** ", families)):
+        for module, c in sorted(table.items()):
+            checked = sum(c.values())
+            if not checked:
+                continue
+            tested = checked - c.get("no tests", 0)
+            lo, hi = _wilson(c.get("killed", 0), tested)
+            score = f"{c.get('killed', 0)}/{tested}" if tested else "–"
+            out.append(f"| {label}{module} | {checked} | "
+                       + " | ".join(str(c.get(k, 0)) for k in cols)
+                       + f" | {score} | {lo:.2f}–{hi:.2f} |")
+    return "\n".join(out)
+
+
 def _use_workdir(name: str) -> None:
     """Make ``mutants/`` this profile's copy, parking another profile's under ``.mutants/``.
 
@@ -124,7 +214,7 @@ def _use_workdir(name: str) -> None:
 
 
 def _run_profile(name: str, files: list[str], sel: list[str], max_children: int,
-                 mutants: list[str]) -> int:
+                 mutants: list[str], sample: tuple[int, int, int] | None = None) -> int:
     """One profile, in this process (mutmut keeps its state in module globals)."""
     os.chdir(ROOT)
     # A few derandomised examples per hypothesis check (checks/conftest.py).
@@ -135,6 +225,11 @@ def _run_profile(name: str, files: list[str], sel: list[str], max_children: int,
     cfg.only_mutate, cfg.pytest_add_cli_args_test_selection = list(files), list(sel)
     from mutmut.__main__ import cli
 
+    if sample:
+        _generate()
+        mutants = _pick(WORK, *sample)
+        print(f"== sample: {sample[0]} per module, round {sample[1]}, seed {sample[2]}: "
+              f"{len(mutants)} mutants", flush=True)
     start, load = time.monotonic(), os.getloadavg()
     print(f"== profile {name}: {' '.join(files)}  <-  {' '.join(sel)}", flush=True)
     try:
@@ -143,9 +238,9 @@ def _run_profile(name: str, files: list[str], sel: list[str], max_children: int,
         if e.code:
             return int(e.code)
     took = time.monotonic() - start
-    listed = [f for f in files if not f.endswith("*")] or [
-        str(p.relative_to(ROOT)) for pat in files for p in sorted(ROOT.glob(pat))
-        if p.suffix == ".py"]
+    from mutmut.utils.file_utils import walk_mutatable_files
+
+    listed = sorted(str(p) for p in walk_mutatable_files())  # only_mutate, as narrowed above
     counts, survivors = _counts(listed), _survivors(listed)
     for f, c in counts.items():
         shown = ", ".join(f"{s} {c[s]}" for s in STATUS if s in c)
@@ -155,7 +250,7 @@ def _run_profile(name: str, files: list[str], sel: list[str], max_children: int,
     load_end = os.getloadavg()
     print(f"   took {took:.0f} s (load average {load[0]:.1f} at the start, {load_end[0]:.1f} at the end)",
           flush=True)
-    summary = {"profile": name, "mutants": mutants, "seconds": round(took, 1),
+    summary = {"profile": name, "mutants": mutants, "sample": sample, "seconds": round(took, 1),
                "load_average": [round(load[0], 2), round(load_end[0], 2)],
                "counts": counts, "not_killed": survivors}
     (WORK / f"summary-{int(time.time())}.json").write_text(json.dumps(summary, indent=1) + "\n")
@@ -169,6 +264,13 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--list", action="store_true", help="list the profiles and exit")
     ap.add_argument("--mutants", nargs="*", default=[],
                     help="only these mutant names (globs), e.g. to re-run survivors")
+    ap.add_argument("--sample", type=int, default=0, metavar="N",
+                    help="run N randomly chosen mutants of every mutated module")
+    ap.add_argument("--round", type=int, default=0,
+                    help="which disjoint sample of N per module (0, 1, ...)")
+    ap.add_argument("--seed", type=int, default=13, help="the sample's shuffle seed")
+    ap.add_argument("--report", action="store_true",
+                    help="print the verdicts each profile's copy holds, per module, and exit")
     ap.add_argument("--in-process", action="store_true", help=argparse.SUPPRESS)
     args = ap.parse_args(argv)
     if args.list:
@@ -178,6 +280,11 @@ def main(argv: list[str] | None = None) -> int:
     for name in args.profiles:
         if name != "all" and name not in PROFILES:
             ap.error(f"unknown profile {name!r}; --list shows them")
+    if args.report:
+        for name in args.profiles:
+            sample = (args.sample, args.round, args.seed) if args.sample else None
+            print(f"profile {name}\n\n{report(name, sample)}\n")
+        return 0
     if args.in_process:
         (name,) = args.profiles
         if name == "all":
@@ -185,16 +292,19 @@ def main(argv: list[str] | None = None) -> int:
             import mutmut.configuration as mc
 
             cfg = mc.config()
-            files, sel = list(cfg.only_mutate), list(cfg.pytest_add_cli_args_test_selection)
+            files, sel = list(cfg.only_mutate), list(cfg.pytest_add_cli_args_test_selection) + ["-x"]
         else:
             files, sel = PROFILES[name][0], PROFILES[name][1] + COMMON_SELECTION
-        return _run_profile(name, files, sel, args.max_children, args.mutants)
+        sample = (args.sample, args.round, args.seed) if args.sample else None
+        return _run_profile(name, files, sel, args.max_children, args.mutants, sample)
     for name in args.profiles:
         _use_workdir(name)
         # a fresh interpreter per profile: mutmut's state and configuration are globals
         rc = subprocess.call([sys.executable, str(Path(__file__).resolve()), name, "--in-process",
                               "--max-children", str(args.max_children),
-                              *(["--mutants", *args.mutants] if args.mutants else [])], cwd=ROOT)
+                              *(["--mutants", *args.mutants] if args.mutants else []),
+                              *(["--sample", str(args.sample), "--round", str(args.round),
+                                 "--seed", str(args.seed)] if args.sample else [])], cwd=ROOT)
         if rc:
             return rc
     return 0
