@@ -277,6 +277,35 @@ def test_a_one_rank_gloo_comm_in_this_process(tmp_path, monkeypatch):
             dist.destroy_process_group()
 
 
+def test_an_nccl_comm_lives_on_the_current_cuda_device(tmp_path, monkeypatch):
+    # An nccl rank's buffers live on the CUDA device its process selected
+    # (init_process_group_from_env sets it; TorchDistComm reads it back).  Run
+    # here without a GPU: CUDA is faked as present with current device 1, the
+    # group is a one-rank gloo group, and a CUDA allocation is made on "meta".
+    for k, v in dict(RANK="0", WORLD_SIZE="1", MASTER_ADDR="127.0.0.1", MASTER_PORT="1").items():
+        monkeypatch.setenv(k, v)
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(torch.cuda, "current_device", lambda: 1)
+    real_empty, asked = torch.empty, []
+
+    def empty(*size, device=None, **kw):
+        if device is not None and torch.device(device).type == "cuda":
+            asked.append(torch.device(device))
+            device = "meta"
+        return real_empty(*size, device=device, **kw)
+
+    monkeypatch.setattr(torch, "empty", empty)
+    init_process_group_from_env("gloo", 30, store_file=str(tmp_path / "store"))
+    try:
+        comm = TorchDistComm("nccl", timeout_s=30)
+        assert comm.device == torch.device("cuda", 1)
+        assert asked == [torch.device("cuda", 1)]  # the header buffer, on that device
+        comm.close()
+    finally:
+        if dist.is_initialized():
+            dist.destroy_process_group()
+
+
 def _lone_barrier_program(fifo, comm):
     if comm.rank == 1:  # never enters the barrier; alive until rank 0 gave up on it
         with open(fifo, "rb") as f:

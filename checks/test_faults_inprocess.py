@@ -80,6 +80,27 @@ def test_board_names_a_process_that_never_beat_while_others_do():
     assert board.stalled(me=2) == (1, "its process never started communicating")
 
 
+def test_board_names_a_stale_heartbeat_with_its_age(monkeypatch):
+    # A heartbeat older than STALE_BEAT_S names its process as stopped, with the
+    # heartbeat's age (now - last beat) in the reason (stalled()).  A fake clock
+    # in place of time.monotonic: no sleeps, and the age is exact.
+    from types import SimpleNamespace
+
+    from harness.comm import progress_board as pb
+
+    clock = [1000.0]
+    monkeypatch.setattr(pb, "time", SimpleNamespace(monotonic=lambda: clock[0]))
+    board = ProgressBoard.in_memory(3)
+    board.beat(0)
+    clock[0] = 1002.0
+    board.beat(1)
+    board.beat(2)
+    age = pb.STALE_BEAT_S + 2.5  # rank 0's beat is 2.5 s past stale, the others 0.5 s
+    clock[0] = 1000.0 + age
+    assert board.stalled(me=2) == (
+        0, f"no sign of life from its process for {age:.1f} s (stopped, hung or dead)")
+
+
 def test_a_closed_comm_is_on_the_board_as_finished():
     # Comm.close() marks the rank FINISHED, so a peer's timed-out wait blames
     # it as finished, not as stuck computing (ProgressBoard.stalled()).
