@@ -353,14 +353,16 @@ def test_block_pool_size_is_min_of_4_cpus_and_torch_threads(monkeypatch):
         monkeypatch.setattr(os, "cpu_count", lambda c=cpus: c)
         monkeypatch.setattr(_rng, "_pool", None)
         assert _rng._executor() is None and names() == main
-    monkeypatch.setattr(os, "cpu_count", lambda: 8)
-    monkeypatch.setattr(_rng, "_pool", None)
-    pool = _rng._executor()
-    try:
-        assert pool is not None and pool._max_workers == 3
-        assert all(n.startswith("codec") for n in names())
-    finally:
-        pool.shutdown()
+    for cpus, workers in ((8, 3), (2, 2)):  # 2 workers is the smallest pool ("skipped below 2")
+        monkeypatch.setattr(os, "cpu_count", lambda c=cpus: c)
+        monkeypatch.setattr(_rng, "_pool", None)
+        pool = _rng._executor()
+        try:
+            assert pool is not None and pool._max_workers == workers
+            assert all(n.startswith("codec") for n in names())
+        finally:
+            if pool is not None:
+                pool.shutdown()
 
 
 def test_random_words_follow_the_documented_stream():

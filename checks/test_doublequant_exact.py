@@ -157,14 +157,16 @@ def test_threads_ranks_equal_the_simulator(variant):
     assert rec.metrics["payload_bytes_per_step"].value * 2 == master.stats.bytes_total
 
 
-@pytest.mark.parametrize("variant, serial", [("asylpg", prox_svrg), ("acc-asylpg", acc_prox_svrg)])
-def test_rank_program_one_full_precision_worker_is_serial_prox_svrg(variant, serial, monkeypatch):
+@pytest.mark.parametrize("variant, serial, serve", [("asylpg", prox_svrg, "schedule"),
+                                                    ("acc-asylpg", acc_prox_svrg, "schedule"),
+                                                    ("asylpg", prox_svrg, "arrival")])
+def test_rank_program_one_full_precision_worker_is_serial_prox_svrg(variant, serial, serve, monkeypatch):
     # The registered rank functions are built at import, by asylpg._rank_program (before
     # mutation testing picks a mutant); build this one here so that its body is what runs.
     spec = get_algorithm(variant)
     monkeypatch.setitem(ALGORITHMS, variant, dataclasses.replace(spec, run=asylpg._rank_program(variant)))
     cfg = make_config(variant, world_size=2, backend="threads", steps=3, seed=3, dtype="float64", model=MODEL,
-                      params=dict(lr=0.05, m=12, batch=8, b=32, bx=32, tau=0, l1=1e-3, l2=1e-3))
+                      params=dict(lr=0.05, m=12, batch=8, b=32, bx=32, tau=0, l1=1e-3, l2=1e-3, serve=serve))
     outs, params = run_capturing(cfg)
     prob = make_problem(MODEL, l1=1e-3, l2=1e-3, dtype=F64)
     assert torch.equal(params[0], serial(prob, 0.05, 12, 8, 3, 3))
@@ -172,7 +174,13 @@ def test_rank_program_one_full_precision_worker_is_serial_prox_svrg(variant, ser
     samples = prob.n + 2 * 8 * 12
     for out in outs:
         assert out.extra["samples_per_step"] == (samples, "samples") and out.tokens_per_step == samples
-    assert "max_realised_mu" in outs[0].extra and "delay_hist_0" not in outs[0].extra  # serve="schedule"
+    assert "max_realised_mu" in outs[0].extra
+    if serve == "schedule":
+        assert "delay_hist_0" not in outs[0].extra
+    else:  # the free-running master reports realised delays (module docstring): one worker never lags,
+        # so all 3 epochs x 12 pushes have delay 0 and none breaks the bound tau = 0
+        assert outs[0].extra["delay_hist_0"] == (36.0, "pushes") and "delay_hist_1" not in outs[0].extra
+        assert outs[0].extra["delay_bound_violations"] == (0.0, "pushes")
 
 
 @pytest.mark.gloo

@@ -114,6 +114,21 @@ def test_sparsifier_sampler_nnz_and_mean(seed, phi):
     assert bool(((betas == 0) | (betas.abs() == mag)).all())  # survivors share one magnitude
 
 
+@settings(max_examples=10, deadline=None)
+@given(seed=st.integers(0, 2**32 - 1), d=st.integers(2, 300), phi=st.sampled_from([1.0, 0.3]))
+def test_sparsifier_keeps_coordinate_i_when_its_float64_uniform_is_below_p_i(seed, d, phi):
+    """Eq. (4)'s Bernoulli(p_i) draws: one float64 uniform U_i per coordinate from the caller's
+    generator, kept iff U_i < p_i (53-bit resolution, not float32's 24), re-derived here; the
+    generator then sits exactly d float64 draws further on (what the next message sees)."""
+    alpha = _vector(seed, d, 0)
+    p, mag, _ = wire.sparsify_law(alpha, phi)
+    g, ref = torch.Generator().manual_seed(seed + 1), torch.Generator().manual_seed(seed + 1)
+    beta, _ = wire.sparsify(alpha, phi, g)
+    u = torch.rand(d, generator=ref, dtype=torch.float64)
+    assert torch.equal(beta, torch.where(u < p, torch.sign(alpha) * mag, torch.zeros_like(alpha)))
+    assert torch.equal(g.get_state(), ref.get_state())
+
+
 @given(seed=st.integers(0, 2**32 - 1), d=st.integers(1, 500), b=st.integers(2, 16))
 def test_sparse_then_quantise_is_lossless_and_round_trips(seed, d, b):
     alpha = _vector(seed, d, 0, sparse=True)

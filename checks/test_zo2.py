@@ -167,5 +167,8 @@ def test_achievable_speedup_is_the_closed_form():
     assert achievable_speedup(2 * F, k * Z, 2) == pytest.approx((2 * F + k * Z) / (F + k * Z))
     assert achievable_speedup(1.0, 0.0, 2) == pytest.approx(2.0)  # nothing replicated: the ideal
     assert achievable_speedup(0.0, 1.0, 4) == pytest.approx(1.0)  # nothing split: no gain
-    with pytest.raises(ValueError):
+    msg = "^need n > 0 and non-negative phase times with a positive sum$"
+    with pytest.raises(ValueError, match=msg):
         achievable_speedup(1.0, 0.0, 0)
+    with pytest.raises(ValueError, match=msg):  # zero sum: 0/0, no speedup to report
+        achievable_speedup(0.0, 0.0, 2)
