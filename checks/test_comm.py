@@ -382,3 +382,17 @@ def test_collective_slots_are_freed_once_every_rank_has_read_them():
     worlds = run_threads(3, prog, timeout_s=30)
     assert worlds[0] is worlds[1] is worlds[2]
     assert worlds[0].slots == {}
+
+
+def test_a_broadcast_is_metered_as_sent_to_the_peers_as_a_whole():
+    # Flow.dst = -1 names a collective's peers as a whole (byte_meter.Flow): the
+    # source records one flow to -1, each receiver one flow from the source to itself.
+    def prog(comm):
+        comm.broadcast(torch.arange(6.0), src=2)
+        return comm.meter.snapshot().to_rows()
+
+    rows = run_threads(3, prog, timeout_s=30)
+    keys = [{(r["src"], r["dst"], r["direction"], r["op"]) for r in rs} for rs in rows]
+    assert keys[2] == {(2, -1, "sent", "broadcast")}
+    assert keys[0] == {(2, 0, "received", "broadcast")}
+    assert keys[1] == {(2, 1, "received", "broadcast")}

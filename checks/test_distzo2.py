@@ -6,7 +6,7 @@ from types import SimpleNamespace
 import pytest
 import torch
 
-from algorithms.zo.distzo2 import scalar_bytes_per_rank
+from algorithms.zo.distzo2 import scalar_bytes_per_rank, shard_batch
 from algorithms.zo.estimator import scalars, walk
 from algorithms.zo.offload import slice_len
 from algorithms.zo.perturb import Perturber, step_seeds, zo_update
@@ -106,6 +106,7 @@ def test_sliced_transfer_bytes(world, algo):
         assert r["metrics"]["sent_bytes_per_step[zo2.gather]"].value == N * (world - 1) * S * 4
     assert m["host_master_bytes"].value == N * S * 4  # each rank's host holds only its slice
     assert m["host_master_bytes"].unit == "bytes"
+    assert m["device_pool_peak_bytes"].unit == "bytes"
 
 
 def _measured(n, h2d=(8000, 2.0), d2d=(6000, 0.5)):
@@ -179,3 +180,14 @@ def test_gloo_zo2_and_2d_mesh_equal_mezo(mezo_sha):
     assert _sha(rec) == mezo_sha["float64"]
     rec = _run("distzo2-2d", 4, backend="gloo", same_batch=True)
     assert _sha(rec) == mezo_sha["float64"]
+
+
+@pytest.mark.parametrize("groups, same_batch", [(1, False), (2, False), (2, True)])
+def test_shard_batch_puts_ids_and_labels_on_the_run_device(groups, same_batch):
+    # The meta device stands in for an accelerator: both tensors of a shard land on it,
+    # with the shapes of the shard (batch_size / groups rows unless every group shares one).
+    cfg = make_config("distzo2-ddp", model="tiny-opt", batch_size=4, seq_len=8)
+    ids, labels = shard_batch(cfg, 0, groups - 1, groups, same_batch, torch.device("meta"))
+    assert ids.device.type == labels.device.type == "meta"
+    rows = 4 if groups == 1 or same_batch else 4 // groups
+    assert tuple(ids.shape) == tuple(labels.shape) == (rows, 8)
