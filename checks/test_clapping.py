@@ -256,3 +256,16 @@ def test_toy_rejects_bad_settings():
             toy.train(prob, "fc", seed=0, steps=8, p=p)
     with pytest.raises(ValueError, match="variant must be one of"):
         toy.train(prob, "aq", seed=0, steps=8)
+
+
+def test_sgd_is_torch_sgd_with_the_per_tensor_loop():
+    # optim.py: "sgd" is torch SGD with foreach=False pinned, the per-tensor update identical for
+    # any grouping of the model into stages; foreach=None would let torch pick its multi-tensor
+    # kernels on CUDA, so the choice must be explicit, not left to the device.
+    w = torch.zeros(3, dtype=torch.float64, requires_grad=True)
+    opt = make_optimizer([w], CompressedParams(optimizer="sgd", lr=0.5, momentum=0.9))
+    assert type(opt) is torch.optim.SGD and opt.param_groups[0]["foreach"] is False
+    for _ in range(2):  # heavy-ball: buf = 0.9 buf + g, w -= 0.5 buf, g = 1
+        w.grad = torch.ones(3, dtype=torch.float64)
+        opt.step()
+    torch.testing.assert_close(w.detach(), torch.full((3,), -0.5 - 0.5 * 1.9, dtype=torch.float64))

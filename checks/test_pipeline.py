@@ -7,11 +7,14 @@ import os
 import time
 
 import pytest
+import torch
 
 from algorithms.codecs import make_codec
 from algorithms.pipeline.engine import LinkCodecs, StageLinks
+from algorithms.pipeline.local import train_local
 from algorithms.pipeline.sgd import SGDParams, pipeline_bytes_per_step
 from harness.launcher import RankFailed, run
+from harness.models import PRESETS
 from harness.registry import make_config
 
 COMMON = dict(model="tiny-opt", data="wiki-en", steps=3, seed=7, batch_size=4, seq_len=16,
@@ -175,3 +178,55 @@ def _assert_no_rank_processes_left():
         except OSError:
             continue
         assert not (ppid == mine and b"harness.rank_entry" in cmd), f"stray rank process {pid}"
+
+
+class _Stop(Exception):
+    pass
+
+
+class _Toy(torch.nn.Module):
+    """Logits = bias (+ ``extra`` during the first ``extra_calls`` forwards); records input devices
+    (and stops the run at once if ``extra_calls < 0``)."""
+
+    def __init__(self, vocab, extra_calls):
+        super().__init__()
+        self.bias, self.extra = torch.nn.Parameter(torch.zeros(vocab)), torch.nn.Parameter(torch.zeros(vocab))
+        self.calls, self.extra_calls, self.devices = 0, extra_calls, []
+
+    def forward(self, ids):
+        self.calls += 1
+        self.devices.append(ids.device)
+        if self.extra_calls < 0:
+            raise _Stop
+        logits = self.bias.expand(*ids.shape, -1)
+        return type("Out", (), {"logits": logits + self.extra if self.calls <= self.extra_calls else logits})
+
+
+def _local_ctx(cfg, device, steps):
+    return type("Ctx", (), {"cfg": cfg, "device": device, "steps": lambda self: iter(range(steps)),
+                            "log": lambda self, **kw: None})()
+
+
+def test_train_local_reads_its_batch_on_the_run_device():
+    # local.py: every step's batch goes to ctx.device (the rank's accelerator); the "meta" device
+    # stands for one here, so a batch left on the CPU shows.
+    cfg = make_config("fo-sgd", **COMMON)
+    model = _Toy(PRESETS[cfg.model].vocab_size, -1)
+    with pytest.raises(_Stop):
+        train_local(_local_ctx(cfg, torch.device("meta"), 1), model, torch.optim.SGD(model.parameters(), lr=0.1))
+    assert model.devices == [torch.device("meta")]
+
+
+def test_train_local_leaves_a_parameter_its_step_does_not_reach():
+    # local.py clears gradients to None each step, as engine.run_step does, so a parameter the
+    # step's loss does not reach has no gradient and torch's optimisers skip it; zeroed gradients
+    # would let SGD momentum keep moving it.  ``extra`` is used in step 0's micro-batches only.
+    cfg = make_config("fo-sgd", **COMMON)
+    model = _Toy(PRESETS[cfg.model].vocab_size, cfg.micro_batches)
+    opt = torch.optim.SGD(model.parameters(), lr=0.1, momentum=0.9)
+    seen = []
+    train_local(_local_ctx(cfg, torch.device("cpu"), 3), model, opt,
+                after_update=lambda step: seen.append(model.extra.detach().clone()))
+    assert seen[0].abs().max() > 0
+    assert torch.equal(seen[1], seen[0]) and torch.equal(seen[2], seen[0])
+    assert model.extra.grad is None

@@ -10,9 +10,11 @@ from hypothesis import strategies as st
 
 from algorithms.protocol.model import ConstrainedModel, first_free_block, residual_problem
 from algorithms.protocol.pipeline import (
+    GramAccumulator,
     ProtocolParams,
     bytes_per_token,
     expected_bytes,
+    grassmann_sync,
     make_wire,
     protocol_step,
     wire_codec,
@@ -286,3 +288,60 @@ def test_basis_is_the_unique_qr_of_its_keyed_gaussian(seed, d, data):
     torch.testing.assert_close(U.T @ U, torch.eye(k, dtype=F64), rtol=0, atol=1e-12)
     torch.testing.assert_close(U @ r, z, rtol=0, atol=1e-12)
     assert float(r.tril(-1).abs().max()) <= 1e-12 and bool((r.diagonal() > 0).all())
+
+
+@settings(max_examples=10, deadline=None)
+@given(seed=seeds, name=st.sampled_from(("tokens", "positions")), std=st.floats(0.01, 3.0))
+def test_fixed_table_is_its_keyed_gaussian_times_std(seed, name, std):
+    # subspace.py: T_fixed / PE_fixed ~ N(0, std²) drawn in float32 from the stream
+    # ("commbench.protocol", "fixed", name, seed): every rank of a run derives the same table,
+    # and another run seed gives another table.
+    z = torch.randn(5, 6, generator=keyed_generator("commbench.protocol", "fixed", name, seed))
+    torch.testing.assert_close(fixed_table(5, 6, seed, name, std, F64), (z * std).to(F64), rtol=0, atol=0)
+    assert not torch.equal(fixed_table(5, 6, seed, name, std), fixed_table(5, 6, seed + 1, name, std))
+
+
+@settings(max_examples=5, deadline=None)
+@given(seed=seeds)
+def test_subspace_adamw_group_without_row_axis_is_torch_adamw(seed):
+    # A group that names no row_axis is plain per-tensor AdamW (the class docstring: torch's
+    # decoupled decay and bias correction), so it must step exactly like torch.optim.AdamW.
+    g = torch.Generator().manual_seed(seed)
+    w0 = torch.randn(4, 5, generator=g, dtype=F64)
+    a, b = w0.clone().requires_grad_(), w0.clone().requires_grad_()
+    hp = dict(lr=1e-2, betas=(0.9, 0.95), eps=1e-8, weight_decay=0.1)
+    ours, ref = SubspaceAdamW([a], **hp), torch.optim.AdamW([b], foreach=False, **hp)
+    for _ in range(3):
+        grad = torch.randn(4, 5, generator=g, dtype=F64)
+        a.grad, b.grad = grad.clone(), grad.clone()
+        ours.step()
+        ref.step()
+    torch.testing.assert_close(a.detach(), b.detach(), rtol=0, atol=1e-14)
+
+
+def test_grassmann_sync_broadcasts_the_step_under_its_tag():
+    # pipeline.py (module docstring): the src rank takes the Grassmann step and broadcasts the new
+    # U under tag "grassmann" (runs are metered per tag): d·k values to each of the S-1 others.
+    S, d, k, src = 3, 6, 2, 2
+    U0 = make_basis(d, k, 0)
+    G = torch.randn(9, d, generator=torch.Generator().manual_seed(1), dtype=F64)
+    stub = type("Stub", (), {"project": lambda self: None, "project_moments": lambda self, opt: None})()
+
+    def body(comm):
+        gram = None
+        if comm.rank == src:
+            gram = GramAccumulator(d, F64, "cpu")
+            gram.add(G)
+            gram.steps = 1
+        wire = Wire(U0.clone(), fixed_table(3, d, 0, "tokens", 1.0, F64), None)
+        grassmann_sync(comm, wire, stub, None, gram, 0.1, src)
+        snap = comm.meter.snapshot()
+        return wire.U, snap.by_tag("sent"), snap.by_tag("received")
+
+    want = grassmann_step(U0, G.T @ G, 1, 0.1)
+    for rank, (U, sent, received) in enumerate(run_threads(S, body)):
+        torch.testing.assert_close(U, want, rtol=0, atol=0)
+        if rank == src:
+            assert (sent, received) == ({"grassmann": (d * k * 8 * (S - 1), S - 1)}, {})
+        else:
+            assert (sent, received) == ({}, {"grassmann": (d * k * 8, 1)})
