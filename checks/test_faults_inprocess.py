@@ -13,6 +13,7 @@ import threading
 from pathlib import Path
 
 import pytest
+import torch
 
 from harness.comm import CommTimeout, RankFailed, run_threads
 from harness.comm.progress_board import Heartbeat, ProgressBoard
@@ -247,3 +248,25 @@ def test_commbench_clean_reports_what_it_removed(tmp_path, monkeypatch, capsys):
     assert main(["clean"]) == 0
     out = capsys.readouterr().out
     assert not d.exists() and f"removed run directory {d}" in out and "commbench clean:" in out
+
+
+@pytest.mark.parametrize("op", ["all_gather", "broadcast", "barrier"])
+def test_a_timed_out_collective_is_named_in_the_error(op):
+    # The error a user reads names the operation that waited, so a hang can be
+    # traced to its line of the program (threads backend, ThreadsWorld.wait_for).
+    release = threading.Event()
+
+    def prog(comm):
+        if comm.rank == 1:  # alive but never joins: rank 0's wait must time out
+            release.wait()
+            return None
+        try:
+            t = torch.zeros(2)
+            {"all_gather": lambda: comm.all_gather(t), "broadcast": lambda: comm.broadcast(t, src=0),
+             "barrier": comm.barrier}[op]()
+        finally:
+            release.set()
+
+    with pytest.raises(RankFailed) as info:
+        run_threads(2, prog, timeout_s=0.3)
+    assert f"rank 0: {op} timed out after 0.3 s" in str(info.value)

@@ -262,3 +262,13 @@ def test_wire_closed_forms_match_the_codecs():
     r = make_codec("fp16")
     assert r.encode(x).nbytes == wire.residual_nbytes((2, 3, 40), r, 4) == 15 + 12 + 2 * 240
     assert math.prod((2, 3)) == Payload(make_codec("identity").encode(torch.zeros(2, 3, dtype=torch.uint8)).data).nbytes - 23
+
+
+@pytest.mark.parametrize(("given", "mode"), [(True, "true"), (False, "false"), ("auto", "auto"),
+                                             ("true", "true"), ("false", "false")])
+def test_signed_takes_a_python_bool_as_its_mode(given, mode):
+    # Python callers may pass a bool; it means the fixed grid (true: signed, false:
+    # unsigned), never "auto" (SparQParams.signed, wire.SIGNED_MODES).
+    from algorithms.zo.sparq import SparQParams
+
+    assert SparQParams(signed=given).signed == mode
