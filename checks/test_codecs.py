@@ -1234,3 +1234,62 @@ def test_unsigned_grid_clamps_a_negative_entry_to_code_zero(bits):
     assert codes[0, 0] == 0 and codes[1, 0] == 0
     assert int(codes.min()) == 0 and int(codes.max()) <= 2**bits - 1
     assert codes[0, 2] == round(1.0 / (2.0 + 1e-6) * (2**bits - 1))
+
+
+@pytest.mark.parametrize(("width", "count"), [(1, 3), (3, 2), (5, 3), (12, 1)])
+def test_unpack_refuses_a_nonzero_padding_bit_with_its_reason(width, count):
+    # The unused low bits of the last byte must be zero (bitpack's MSB-first
+    # layout): a set one means a corrupted body, said in so many words; with
+    # the check off the same bytes decode.
+    buf = pack_bits(torch.zeros(count, dtype=torch.int64), width)
+    buf[-1] |= 1  # the last bit of the stream is padding for these sizes
+    with pytest.raises(CodecError, match=r"^corrupted body: nonzero padding bits$"):
+        unpack_bits(buf, width, count)
+    assert unpack_bits(buf, width, count, check_padding=False).tolist() == [0] * count
+
+
+@pytest.mark.parametrize("bits", [2, 4, 8])
+@pytest.mark.parametrize("shape", [(5,), (2, 3)])
+def test_qstoch_law_of_a_zero_tensor_is_the_point_mass_at_zero(bits, shape):
+    # x = 0 has no scale (δ = 0): every code is 0 with certainty, so the law is
+    # k_lo = 0, p = 0 and mean 0, whatever the shape.
+    law = qstoch_law(torch.zeros(shape), bits)
+    assert law.k_lo.shape == law.p.shape == shape
+    assert law.k_lo.dtype == torch.int64 and law.p.dtype == torch.float64
+    assert not law.k_lo.any() and not law.p.any() and law.delta == 0.0
+    assert torch.equal(law.mean(), torch.zeros(shape, dtype=torch.float64))
+
+
+def test_channel_encodes_with_its_own_generator_and_receives_on_the_device():
+    # The channel's generator is the only randomness of what it sends (channel.py
+    # docstring): a stochastic codec's payload equals the codec's encoding with a
+    # generator seeded alike, whatever the global RNG does in between; recv puts
+    # the decoded tensor on the device asked for.
+    from algorithms.codecs.channel import Channel
+    from harness.comm import run_threads
+
+    x = torch.randn(64, generator=torch.Generator().manual_seed(3))
+    codec = make_codec("qstoch:bits=3")
+    expected = codec.encode(x, generator=torch.Generator().manual_seed(11)).data
+
+    def prog(comm):
+        ch = Channel(codec, torch.Generator().manual_seed(11))
+        if comm.rank == 0:
+            torch.manual_seed(12345)  # the global RNG must play no part
+            ch.send(comm, x, 1, tag="a")
+            return None
+        data = comm.recv(0, tag="a")
+        return data
+
+    _, got = run_threads(2, prog, timeout_s=30)
+    assert torch.equal(got, expected)
+
+    def prog2(comm):
+        ch = Channel(make_codec("fp32"))
+        if comm.rank == 0:
+            ch.send(comm, torch.arange(4.0), 1, tag="b")
+            return None
+        return ch.recv(comm, 0, tag="b", device=torch.device("meta"))
+
+    _, y = run_threads(2, prog2, timeout_s=30)
+    assert y.device.type == "meta" and y.shape == (4,)
