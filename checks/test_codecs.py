@@ -1293,3 +1293,15 @@ def test_channel_encodes_with_its_own_generator_and_receives_on_the_device():
 
     _, y = run_threads(2, prog2, timeout_s=30)
     assert y.device.type == "meta" and y.shape == (4,)
+
+
+def test_identity_claims_omega_zero_and_casts_claim_no_bound():
+    # identity is lossless, so E||C(x) - x||^2 = 0 and the tightest bound is
+    # omega = 0 (EF and the Clapping bounds use it as the uncompressed case);
+    # the casts can overflow to inf and claim none (dense.py docstring).
+    x = torch.randn(64, generator=torch.Generator().manual_seed(0))
+    ident = make_codec("identity")
+    assert torch.equal(ident.decode(ident.encode(x)), x)
+    assert ident.contraction_bound(64) == 0.0
+    for cast in ("fp16", "bf16", "fp32", "fp64"):
+        assert make_codec(cast).contraction_bound(64) is None
