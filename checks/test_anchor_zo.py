@@ -184,6 +184,12 @@ def test_one_zo_sgd_step_lowers_a_convex_loss_in_expectation(seed, difference, P
     assert mean_delta <= -0.5 * lr * gnorm2, (mean_delta, -lr * gnorm2)
 
 
+def _point_and_seeds(seed, n, P_dirs):
+    """A float64 point x, a copy of it, and the step's P direction seeds."""
+    x = torch.randn(n, generator=torch.Generator().manual_seed(seed), dtype=F64)
+    return x, x.clone(), step_seeds(seed, 0, P_dirs)
+
+
 @settings(max_examples=10, deadline=None)
 @given(seed=st.integers(0, 2**31 - 1), P_dirs=st.integers(1, 3), n=st.integers(1, 7))
 @pytest.mark.parametrize("difference", ["forward", "central"])
@@ -192,10 +198,7 @@ def test_logged_loss_is_f_x_or_the_mean_of_the_perturbed_losses(seed, P_dirs, n,
     # for forward differences, the mean of f(x ± mu z_i) for central ones, each
     # written here from the check's own f(x) = sum(x^2) and the z of z_for.
     mu = 1e-2
-    g = torch.Generator().manual_seed(seed)
-    x = torch.randn(n, generator=g, dtype=F64)
-    x0 = x.clone()
-    seeds = step_seeds(seed, 0, P_dirs)
+    x, x0, seeds = _point_and_seeds(seed, n, P_dirs)
     losses = []
     for _ in walk(Perturber([(0, x)]), seeds, mu, difference):
         losses.append((x * x).sum().clone())
@@ -221,10 +224,7 @@ def test_walk_visits_the_points_evaluations_names_in_its_order(seed, P_dirs, n, 
     # at each yield the parameters sit at x + sign mu z_i (SparQ Eq. 3 / Eq. 7),
     # z_i from z_for; x comes back bit-exactly after the walk (exact mode).
     mu = 1e-2
-    g = torch.Generator().manual_seed(seed)
-    x = torch.randn(n, generator=g, dtype=F64)
-    x0 = x.clone()
-    seeds = step_seeds(seed, 0, P_dirs)
+    x, x0, seeds = _point_and_seeds(seed, n, P_dirs)
     visited = []
     for i, sign in walk(Perturber([(0, x)]), seeds, mu, difference):
         at = x0 if i is None else x0 + sign * mu * z_for(seeds[i], 0, (n,), F64)
