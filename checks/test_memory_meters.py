@@ -103,25 +103,31 @@ def test_same_config_same_peak_tensor_bytes(algo, backend):
     assert min(per_rank) > 4 * 10_000
 
 
-def _send_then_wait(comm, nbytes: int) -> int:
-    """Rank 0 sends ``nbytes`` and, while the message waits unread, reads what its meter holds
-    over its own payload; rank 1 then receives and reads what its meter gained."""
+def _meter_one_message(comm, nbytes: int, unread: bool = False) -> int:
+    """Rank 0 sends ``nbytes`` and returns what its meter holds over its payload afterwards;
+    rank 1 returns what its meter gained by receiving.  With ``unread`` rank 0 reads its meter
+    while the message still waits unread (threads: a send returns at once; a gloo send
+    completes only when the receiver has it)."""
+    def sync():
+        if unread:
+            comm.barrier()
+
     m = TensorMemoryMeter()
     with m:
         if comm.rank == 0:
             payload = torch.ones(nbytes, dtype=torch.uint8)
             base = m.current
             comm.send(payload, 1)
-            comm.barrier()  # the message is in rank 1's mailbox, not yet received
+            sync()  # the message is in rank 1's mailbox, not yet received
             held = m.current - base
-            comm.barrier()
+            sync()
             return held
-        comm.barrier()
+        sync()
         base = m.current
         got = comm.recv(0)
         gained = m.current - base
         assert got.numel() == nbytes
-        comm.barrier()
+        sync()
         return gained
 
 
@@ -131,25 +137,9 @@ def test_threads_message_in_flight_is_counted_by_the_receiver_only():
     from harness.comm.threads import run_threads
 
     nbytes = 1_000_000
-    held, gained = run_threads(2, partial(_send_then_wait, nbytes=nbytes))
+    held, gained = run_threads(2, partial(_meter_one_message, nbytes=nbytes, unread=True))
     assert held == 0
     assert nbytes <= gained <= nbytes + 64  # the frame: payload and its end marker
-
-
-def _send_recv(comm, nbytes: int) -> int:
-    """Rank 0 sends ``nbytes`` (a gloo send completes when the receiver has it) and reads what its
-    meter holds over its payload afterwards; rank 1 reads what its meter gained by receiving."""
-    m = TensorMemoryMeter()
-    with m:
-        if comm.rank == 0:
-            payload = torch.ones(nbytes, dtype=torch.uint8)
-            base = m.current
-            comm.send(payload, 1)
-            return m.current - base
-        base = m.current
-        got = comm.recv(0)
-        assert got.numel() == nbytes
-        return m.current - base
 
 
 @pytest.mark.gloo
@@ -160,7 +150,7 @@ def test_gloo_receive_scratch_is_not_a_ranks_tensor():
     from ._gloo import run_gloo
 
     nbytes = 1_000_000
-    held, gained = run_gloo(2, partial(_send_recv, nbytes=nbytes))
+    held, gained = run_gloo(2, partial(_meter_one_message, nbytes=nbytes))
     assert held == 0  # the sender's frame is gone once the send completed
     # the payload's buffer (with its end marker and slack) and at most the header buffer: kilobytes,
     # not max_frame_bytes
