@@ -23,10 +23,10 @@ def test_every_paper_has_an_experiment():
 
 def test_claims_table_is_a_verdict_with_quote_criterion_and_three_outcomes(tmp_path):
     _CLAIMS.clear()
-    claim("P", '"x is 3x smaller"', "Table 2", "ratio > 3", "3.5x", 1.2, False, "how", unit="x")
-    claim("P", '"y is lossless"', "Table 1", "ratio = 1", "1x", 1.0, True, "how", unit="x")
-    claim("P", '"z"', "§5", "ratio > 2", "2x", float("nan"), True)  # a missing value cannot support anything
-    claim("P", '"w reaches the threshold"', "Table 1", "reaches < 0.1", "7x", "never < 0.1 in 3 epochs", False)
+    claim("p.x", "P", '"x is 3x smaller"', "Table 2", "ratio > 3", "3.5x", 1.2, False, "how", unit="x")
+    claim("p.y", "P", '"y is lossless"', "Table 1", "ratio = 1", "1x", 1.0, True, "how", unit="x")
+    claim("p.z", "P", '"z"', "§5", "ratio > 2", "2x", float("nan"), True)  # a missing value cannot support anything
+    claim("p.w", "P", '"w reaches the threshold"', "Table 1", "reaches < 0.1", "7x", "never < 0.1 in 3 epochs", False)
     table = claims_table(list(_CLAIMS))
     md = render(table, "md")
     for head in ("claim (the paper's words)", "stated for", "criterion", "paper", "ours", "outcome"):
@@ -41,9 +41,9 @@ def test_claims_table_is_a_verdict_with_quote_criterion_and_three_outcomes(tmp_p
     assert isinstance(_CLAIMS[0], Claim)
     _CLAIMS.clear()
     with pytest.raises(ValueError, match="must say why"):
-        claim("P", "q", "s", "c", "1", None, None)
+        claim("p.q", "P", "q", "s", "c", "1", None, None)
     with pytest.raises(ValueError, match="outcome"):
-        Claim("P", "q", "s", "c", "1", "1", "yes")
+        Claim("p.q", "P", "q", "s", "c", "1", "1", "yes")
     _CLAIMS.clear()
 
 
@@ -177,7 +177,7 @@ def test_a_timed_claim_whose_interval_covers_the_criterion_is_not_a_verdict(seed
     times = _step_times(seed, n)
     iv = ratio_of_medians([times], [times], draws=400, seed=seed)
     assert iv.value == 1.0 and iv.covers(1.0)
-    c = timed_claim("P", "q", "s", "speed-up >= 1", "1", iv, 1.0, "measured")
+    c = timed_claim("p.t", "P", "q", "s", "speed-up >= 1", "1", iv, 1.0, "measured")
     _CLAIMS.clear()
     assert c.outcome == NOT_MEASURABLE and c.how.startswith("within noise") and c.how.endswith("measured")
     assert c.ours.startswith("1 [") or c.ours.startswith("1.00 [")
@@ -188,7 +188,7 @@ def test_a_timed_claim_is_decided_only_outside_its_interval():
     from harness.stats import Interval
 
     def outcome(lo, hi, thr, **kw):
-        c = timed_claim("P", "q", "s", "c", "1", Interval((lo + hi) / 2, lo, hi), thr, "m", **kw)
+        c = timed_claim("p.t", "P", "q", "s", "c", "1", Interval((lo + hi) / 2, lo, hi), thr, "m", **kw)
         _CLAIMS.clear()
         return c.outcome
 
@@ -198,9 +198,9 @@ def test_a_timed_claim_is_decided_only_outside_its_interval():
     assert outcome(1.1, 1.3, 1.0, undecided="load 9 on 2 cores") == NOT_MEASURABLE
     # the record itself refuses a verdict its interval does not carry
     with pytest.raises(ValueError, match="covers the criterion 1: within noise"):
-        Claim("P", "q", "s", "c", "1", "1", "supported", interval=Interval(1.0, 0.9, 1.1), threshold=1.0)
+        Claim("p.t", "P", "q", "s", "c", "1", "1", "supported", interval=Interval(1.0, 0.9, 1.1), threshold=1.0)
     with pytest.raises(ValueError, match="both its interval and its threshold"):
-        Claim("P", "q", "s", "c", "1", "1", "supported", interval=Interval(1.0, 0.9, 1.1))
+        Claim("p.t", "P", "q", "s", "c", "1", "1", "supported", interval=Interval(1.0, 0.9, 1.1))
 
 
 def test_every_experiment_column_of_a_time_declares_its_spread():

@@ -56,9 +56,9 @@ def _symbols_table() -> Table:
 
 
 def _claims() -> Table:
-    return claims_table([Claim("SparQ", "“more than 3×” lower memory than AQ-SGD", "Table 2", "ratio > 3",
+    return claims_table([Claim("sparq.m", "SparQ", "“more than 3×” lower memory than AQ-SGD", "Table 2", "ratio > 3",
                                "13×", "1.20×", "not supported", "peak tensor bytes, M=2"),
-                         Claim("DQ", "AsyLPG needs fewer bits", "Table 1 (left)", "ratio > 1", "7.28×", "—",
+                         Claim("dq.b", "DQ", "AsyLPG needs fewer bits", "Table 1 (left)", "ratio > 1", "7.28×", "—",
                                "not measurable here", "never ran")])
 
 

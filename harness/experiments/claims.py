@@ -9,6 +9,8 @@ criterion (:func:`timed_claim`: a claim built with its interval refuses any othe
 
 from __future__ import annotations
 
+import json
+import re
 from dataclasses import dataclass
 
 from harness.reporting import Column, Table, format_interval
@@ -16,6 +18,29 @@ from harness.stats import Interval, ratio_of_medians
 
 SUPPORTED, NOT_SUPPORTED, NOT_MEASURABLE = "supported", "not supported", "not measurable here"
 OUTCOMES = (SUPPORTED, NOT_SUPPORTED, NOT_MEASURABLE)
+CLAIMS_SCHEMA = "commbench.claims/1"
+_ID = re.compile(r"^[a-z0-9][a-z0-9.-]*$")
+
+
+@dataclass(frozen=True)
+class Precondition:
+    """The measurable condition under which the paper's mechanism can show, measured in the same
+    run: ``condition`` in words with its threshold, ``measured`` what this run saw, ``held``
+    whether it met the condition.  A claim whose precondition failed is "not measurable here"
+    whatever its value: a failed precondition is never "not supported"."""
+
+    condition: str
+    measured: str
+    held: bool
+
+    def __post_init__(self):
+        if not isinstance(self.held, bool):
+            raise ValueError(f"precondition held must be a bool, got {self.held!r}")
+        if not self.condition or not self.measured:
+            raise ValueError("a precondition states its condition and what was measured")
+
+    def text(self) -> str:
+        return f"{self.condition} (measured {self.measured}: {'held' if self.held else 'failed'})"
 
 
 @dataclass(frozen=True)
@@ -23,6 +48,7 @@ class Claim:
     """One headline claim: the paper's sentence, where it is stated, the criterion applied, the
     paper's value and ours in the same unit, and the outcome."""
 
+    id: str  # stable across commits (``commbench compare`` matches rows by it), e.g. "sparq.comm-vs-zo"
     paper: str
     quote: str  # the paper's sentence, short
     source: str  # the table / section the sentence is stated for
@@ -35,8 +61,15 @@ class Claim:
     # criterion's threshold; an interval covering the threshold decides nothing ("within noise")
     interval: Interval | None = None
     threshold: float | None = None
+    precondition: Precondition | None = None
+    value: float | None = None  # ours as a number (claims.json, asv); None when not numeric
 
     def __post_init__(self):
+        if not isinstance(self.id, str) or not _ID.match(self.id):
+            raise ValueError(f"claim id must be lower-case words joined by '.' or '-', got {self.id!r}")
+        if self.precondition is not None and not self.precondition.held and self.outcome != NOT_MEASURABLE:
+            raise ValueError(f"{self.id}: its precondition failed, so it is not measurable here, "
+                             f"not {self.outcome!r}")
         if self.outcome not in OUTCOMES:
             raise ValueError(f"outcome must be one of {OUTCOMES}, got {self.outcome!r}")
         if self.outcome == NOT_MEASURABLE and not self.how:
@@ -55,20 +88,43 @@ def _missing(x) -> bool:
     return x is None or (isinstance(x, float) and x != x)
 
 
-def claim(paper: str, quote: str, source: str, criterion: str, paper_value: str,
+def slug(text: str) -> str:
+    """``text`` as a claim-id word: lower case, runs of anything else as one '-'."""
+    return re.sub(r"[^a-z0-9]+", "-", text.lower()).strip("-")
+
+
+def _gate(holds: bool | None, how: str, pre: Precondition | None) -> tuple[bool | None, str]:
+    """A failed precondition makes any verdict "not measurable here", saying which and what was
+    measured; a held one is printed beside the verdict."""
+    if pre is None:
+        return holds, how
+    if not pre.held:
+        return None, "; ".join(x for x in (f"not measurable here: {pre.text()}", how) if x)
+    return holds, "; ".join(x for x in (f"precondition {pre.text()}", how) if x)
+
+
+def claim(id: str, paper: str, quote: str, source: str, criterion: str, paper_value: str,
           ours: float | str | None, holds: bool | None, how: str = "", *, unit: str = "",
-          fmt: str = ".3g") -> Claim:
+          fmt: str = ".3g", precondition: Precondition | None = None,
+          value: float | None = None) -> Claim:
     """Record a claim's verdict; ``reproduce`` ends with a table of all of them.
 
-    ``holds``: whether ours meets the criterion, ``None`` when the run cannot decide (``how`` then
-    says why).  A missing or NaN value cannot support anything; it can refute a claim only when
-    the caller says so (an algorithm that never reaches a threshold: ``holds=False``)."""
+    ``id`` is the row's stable name across commits.  ``holds``: whether ours meets the criterion,
+    ``None`` when the run cannot decide (``how`` then says why).  A missing or NaN value cannot
+    support anything; it can refute a claim only when the caller says so (an algorithm that never
+    reaches a threshold: ``holds=False``).  ``precondition``: measured in the same run; when it
+    failed the outcome is "not measurable here" whatever ``holds`` says.  ``value``: ours as a
+    number when ``ours`` is text."""
     if _missing(ours) and holds is True:
         holds = None
         how = how or "the value was not measured"
+    holds, how = _gate(holds, how, precondition)
     text = "—" if _missing(ours) else (ours if isinstance(ours, str) else f"{ours:{fmt}}{unit}")
+    if value is None and isinstance(ours, (int, float)) and not _missing(ours):
+        value = float(ours)
     outcome = {True: SUPPORTED, False: NOT_SUPPORTED, None: NOT_MEASURABLE}[holds]
-    c = Claim(paper, quote, source, criterion, paper_value, text, outcome, how)
+    c = Claim(id, paper, quote, source, criterion, paper_value, text, outcome, how,
+              precondition=precondition, value=value)
     _CLAIMS.append(c)
     return c
 
@@ -89,9 +145,9 @@ def timed_verdict(lo: float, hi: float, threshold: float, *, above: bool = True)
     return (lo > threshold) if above else (hi < threshold), ""
 
 
-def timed_claim(paper: str, quote: str, source: str, criterion: str, paper_value: str, ours: Interval,
-                threshold: float, how: str, *, above: bool = True, fmt: str = ".3g", unit: str = "",
-                undecided: str = "") -> Claim:
+def timed_claim(id: str, paper: str, quote: str, source: str, criterion: str, paper_value: str,
+                ours: Interval, threshold: float, how: str, *, above: bool = True, fmt: str = ".3g",
+                unit: str = "", undecided: str = "", precondition: Precondition | None = None) -> Claim:
     """Record a claim whose measure is a time (throughput, speed-up, bandwidth) from its interval:
     supported / not supported only when the interval lies wholly on one side of ``threshold``
     (``above``: ours must reach it), else "not measurable here", within noise.  ``undecided``: a
@@ -99,10 +155,11 @@ def timed_claim(paper: str, quote: str, source: str, criterion: str, paper_value
     holds, why = timed_verdict(ours.lo, ours.hi, threshold, above=above)
     if undecided:
         holds, why = None, "; ".join(x for x in (undecided, why) if x)
+    holds, how = _gate(holds, "; ".join(x for x in (why, how) if x), precondition)
     text = format_interval(ours.value, ours.lo, ours.hi, lambda x: f"{x:{fmt}} {unit}".rstrip())
-    c = Claim(paper, quote, source, criterion, paper_value, text,
+    c = Claim(id, paper, quote, source, criterion, paper_value, text,
               {True: SUPPORTED, False: NOT_SUPPORTED, None: NOT_MEASURABLE}[holds],
-              "; ".join(x for x in (why, how) if x), interval=ours, threshold=threshold)
+              how, interval=ours, threshold=threshold, precondition=precondition, value=ours.value)
     _CLAIMS.append(c)
     return c
 
@@ -110,11 +167,11 @@ def timed_claim(paper: str, quote: str, source: str, criterion: str, paper_value
 def claims_table(claims: list[Claim]) -> Table:
     return Table(
         title="claims: each paper's headline as stated, tested at this machine's scale",
-        columns=[Column("paper", "paper"), Column("quote", "claim (the paper's words)"),
+        columns=[Column("id", "id"), Column("paper", "paper"), Column("quote", "claim (the paper's words)"),
                  Column("source", "stated for"), Column("criterion", "criterion"),
                  Column("paper_value", "paper"), Column("ours", "ours"), Column("outcome", "outcome"),
                  Column("how", "how measured / why not measurable")],
-        rows=[dict(paper=c.paper, quote=c.quote, source=c.source, criterion=c.criterion,
+        rows=[dict(id=c.id, paper=c.paper, quote=c.quote, source=c.source, criterion=c.criterion,
                    paper_value=c.paper_value, ours=c.ours, outcome=c.outcome, how=c.how) for c in claims],
         caption="each claim measured at the paper's hyper-parameters, scaled only in model size and steps "
                 "(2 CPU cores, random-weight models of the papers' shapes, byte-level text); 'not "
@@ -123,6 +180,33 @@ def claims_table(claims: list[Claim]) -> Table:
         notes=["checks, not claims (true by construction of the code): Clapping's EF memory independent of "
                "the dataset size and AQ-SGD's growing per sample (checks/test_compressed_pipeline.py); "
                "Protocol Models' payload ratio d/k (checks/test_protocol.py)"])
+
+
+def claims_json(claims: list[Claim], header: str = "") -> str:
+    """``claims.json``: one object per row, keyed by its stable id, so two commits' verdicts can be
+    compared (``commbench compare OLD NEW``)."""
+    ids = [c.id for c in claims]
+    dupes = sorted({i for i in ids if ids.count(i) > 1})
+    if dupes:
+        raise ValueError(f"claim ids must be unique in a run: {', '.join(dupes)}")
+    rows = []
+    for c in claims:
+        pre = c.precondition
+        rows.append({
+            "id": c.id, "paper": c.paper, "quote": c.quote, "source": c.source,
+            "criterion": c.criterion, "outcome": c.outcome, "ours": c.ours, "value": _num(c.value),
+            "interval": None if c.interval is None else [_num(c.interval.lo), _num(c.interval.hi)],
+            "threshold": _num(c.threshold), "paper_value": c.paper_value, "how": c.how,
+            "precondition": None if pre is None else pre.condition,
+            "precondition_measured": None if pre is None else pre.measured,
+            "precondition_held": None if pre is None else pre.held})
+    return json.dumps({"schema": CLAIMS_SCHEMA, "provenance": header, "claims": rows}, indent=1,
+                      allow_nan=False) + "\n"
+
+
+def _num(x: float | None) -> float | None:
+    """A finite number as itself; NaN, infinities and None as null (JSON has no NaN)."""
+    return None if x is None or x != x or x in (float("inf"), float("-inf")) else float(x)
 
 
 # two-sided 95 % Student t quantiles by degrees of freedom (repeats - 1)

@@ -21,7 +21,7 @@ from harness.reporting import Column, Table, load_reference
 from harness.reporting.plots import Curve, note, plot_loss_curves
 from harness.stats import IQR, median_iqr
 
-from .claims import claim, mean_interval, separation_step
+from .claims import claim, mean_interval, separation_step, slug as _slug
 from .registry import experiment
 from .runner import run_and_save
 
@@ -207,7 +207,7 @@ def _claims(lm: dict, rows: list[dict], common: dict, toy_rows: list[dict], toy_
         diff = [f - b for f, b in zip(_acc(lm[best]), _acc(lm[base]), strict=True)]
         mu, lo, hi = mean_interval(diff)
         holds = True if lo > 0 else False if hi < 0 else None
-        claim("Clapping", f"{quote} (vs {paper_key})", TABLE3,
+        claim(f"clapping.fc-beats-{_slug(paper_key)}", "Clapping", f"{quote} (vs {paper_key})", TABLE3,
               f"best FC accuracy - {paper_key} accuracy > 0 (interval above 0)",
               f"{paper_fc - paper[paper_key]:+.4f} (LLaMA-2 7B)", f"{mu:+.4f} [{lo:+.4f}, {hi:+.4f}]", holds,
               how + ("" if holds is not None else "; interval covers 0; " + _settle(lm, best, base, steps)))
@@ -216,7 +216,7 @@ def _claims(lm: dict, rows: list[dict], common: dict, toy_rows: list[dict], toy_
     holds = True if hi < 0.5 else False if lo > 0.5 else None
     saved = 1 - row[best]["bytes_ratio"]
     paper_gap = clapping_table3_gap()
-    claim("Clapping", "\"Clapping-FC achieves 95% communication saving with less than 0.5% error\"", TABLE3,
+    claim("clapping.fc-gap-under-half-percent", "Clapping", "\"Clapping-FC achieves 95% communication saving with less than 0.5% error\"", TABLE3,
           "relative accuracy gap to no compression < 0.5 % (95 % interval below 0.5)",
           ", ".join(f"{100 * g:.2f} % ({m})" for m, g in paper_gap.items()),
           f"{mu:.2f} % [{lo:.2f}, {hi:.2f}]", holds,
@@ -226,7 +226,7 @@ def _claims(lm: dict, rows: list[dict], common: dict, toy_rows: list[dict], toy_
     final = {r["variant"]: r["gap4"] for r in toy_rows}
     if "direct" in final and "fc" in final:
         rel = final["direct"] / final["fc"]
-        claim("Clapping", "Fig. 5: compression without EF \"fails to converge as the step decays\"; FC converges",
+        claim("clapping.direct-fails-fig5", "Clapping", "Fig. 5: compression without EF \"fails to converge as the step decays\"; FC converges",
               "Fig. 5 (logistic regression, E = 2; curves only)", "direct's final optimality gap / FC's > 1",
               "> 1 (direct plateaus)", rel, rel > 1,
               f"logistic regression toy, optimality gap after T = {toy_steps} steps, one seed", unit="x")

@@ -254,7 +254,7 @@ def _claims(t: Table, load: tuple[float, float], cores: int, setting: str) -> No
             undecided = f"load {max(load):.1f} on {cores} shared cores: the ranks do not get a core each"
         elif bound.hi < criterion:
             undecided = f"this machine's breakdown caps the speed-up at {bound.value:.2f} [{bound.lo:.2f}, {bound.hi:.2f}]"
-        timed_claim("DistZO2", f'"{CLAIMS[label]}"', "Table 1 (tokens/s over ZO2, OPT models on H20s)",
+        timed_claim(f"distzo2.{label.lower()}-speedup", "DistZO2", f'"{CLAIMS[label]}"', "Table 1 (tokens/s over ZO2, OPT models on H20s)",
                     f"{label} speed-up over ZO2 on 2 ranks >= {criterion}x (the paper's smallest Table 1 ratio)",
                     f"{paper_all['OPT-175B'][label]:.2f}x (OPT-175B; {min(ratios):.2f}-{max(ratios):.2f}x over "
                     "Table 1's models)", sp, criterion,

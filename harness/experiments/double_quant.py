@@ -315,23 +315,23 @@ def _claims(left: Table, cfg: dict) -> None:
         paper = PAPER_RATIO[alg] / PAPER_RATIO[base]
         crit = f"{base} bits / {alg} bits > 1, {alg} reaching P(x) < {thr}"
         if not reached(alg):
-            claim("double quantisation", f"{words} ({QUOTE})", src, crit, f"{paper:.2f}x",
+            claim(f"double-quant.{alg}-vs-{base}", "double quantisation", f"{words} ({QUOTE})", src, crit, f"{paper:.2f}x",
                   f"{alg} never < {thr} {never}", False, how)
             continue
         ratio = rows[base]["bits_total"] / rows[alg]["bits_total"]
         bound = "" if reached(base) else f" (lower bound: {base} never < {thr} {never})"
-        claim("double quantisation", f"{words} ({QUOTE})", src, crit, f"{paper:.2f}x",
+        claim(f"double-quant.{alg}-vs-{base}", "double quantisation", f"{words} ({QUOTE})", src, crit, f"{paper:.2f}x",
               f"{ratio:.2f}x{bound}", ratio > 1, how)
     # Acc-AsyLPG: the largest ratio of Table 1 (19.13x), i.e. the fewest bits of all six
     crit = f"acc-asylpg needs the fewest bits of all to P(x) < {thr}"
     if not reached("acc-asylpg"):
-        claim("double quantisation", f"Acc-AsyLPG needs the fewest bits ({QUOTE})", src, crit,
+        claim("double-quant.acc-asylpg-fewest", "double quantisation", f"Acc-AsyLPG needs the fewest bits ({QUOTE})", src, crit,
               "19.13x (largest)", f"never < {thr} {never}", False, how)
         return
     best = rows["acc-asylpg"]["bits_total"]
     others = {n: r["bits_total"] for n, r in rows.items() if n not in ("acc-asylpg", "qsgd") and reached(n)}
     runner_up = min(others.values(), default=None)
-    claim("double quantisation", f"Acc-AsyLPG needs the fewest bits ({QUOTE})", src, crit,
+    claim("double-quant.acc-asylpg-fewest", "double quantisation", f"Acc-AsyLPG needs the fewest bits ({QUOTE})", src, crit,
           "19.13x vs 8.87x next", f"{rows['asyfpg']['bits_total'] / best:.2f}x"
           + (f" vs {rows['asyfpg']['bits_total'] / runner_up:.2f}x next" if runner_up else ""),
           runner_up is None or best < runner_up, how + "; ratios over AsyFPG's bits")

@@ -243,13 +243,13 @@ def _claims(recs: dict, reps: dict, slow_p: str, d: int, k: int, s: dict, path: 
                              max(1, steps // 20))
         how += ("; interval covers 1.01; " + (f"training-loss bands apart from step {at} of {steps}" if at else
                 f"training-loss bands still overlap at step {steps}: needs more than {steps} steps at this scale"))
-    claim("Protocol Models", "\"enabling up to 99% compression with no convergence degradation\"",
+    claim("protocol.no-degradation-99pct", "Protocol Models", "\"enabling up to 99% compression with no convergence degradation\"",
           "abstract; Table 1 (8B-scale, WikiText perplexity after 12 h)",
           "perplexity / centralised <= 1.01 (95 % interval)", "0.997 (23.01 / 23.08)",
           f"{mu:.3f} [{lo:.3f}, {hi:.3f}]", holds, how)
     # throughput at 80 Mbit/s against centralised training: a ratio of medians over steps
     num, den = recs["centralised"][1].history["step_time_s"], recs[slow_p][1].history["step_time_s"]
-    timed_claim("Protocol Models", "80 Mbit/s links \"matching the convergence of centralized datacenter systems "
+    timed_claim("protocol.throughput-80mbit", "Protocol Models", "80 Mbit/s links \"matching the convergence of centralized datacenter systems "
                 "with 100Gbps\" (throughput)", "Table 1 (TPS 592.41 vs 602.57; uncertain reading)",
                 "tokens/s, protocol @ 80 Mbit/s / centralised >= 0.8", "0.983",
                 ratio_of_medians([num], [den]), 0.8,

@@ -89,8 +89,10 @@ def run_experiments(name: str, *, scale: str, out_dir: Path, quiet: bool = False
         summary = _claims.claims_table(list(_claims._CLAIMS))
         summary.notes.insert(0, _claims.provenance())  # the header of claims.md: commit and machine
         _show([summary], quiet)
-        files = _write_tables("claims" if name == "all" else f"{name}-claims", [summary], out_dir,
-                              header=summary.notes[0])
+        stem = "claims" if name == "all" else f"{name}-claims"
+        files = _write_tables(stem, [summary], out_dir, header=summary.notes[0])
+        atomic_write(out_dir / f"{stem}.json", _claims.claims_json(list(_claims._CLAIMS), summary.notes[0]))
+        files.append(str(out_dir / f"{stem}.json"))
         written += files
         print(f"claims: {', '.join(files)}")
         tables.append(summary)

@@ -273,7 +273,7 @@ def table2_claims(recs: dict, model: str, steps: int, batch: int, seq: int, pert
     for base, label, thr, mean_key, row125 in (("fo", "FO-SGD", 0.70, "comm_saving_vs_fo", 1 - 0.5 / 2.8),
                                                ("aq", "AQ-SGD", 0.50, "comm_saving_vs_aq", 1 - 0.5 / 1.1)):
         saved = 1 - comm["sq"] / comm[base]
-        out.append(claim("SparQ", f"{quote} (vs {label})", src, f"communication saved vs {label} > {thr:.0%}",
+        out.append(claim(f"sparq.comm-saving-vs-{base}", "SparQ", f"{quote} (vs {label})", src, f"communication saved vs {label} > {thr:.0%}",
                          f"{paper[mean_key]:.1%} mean [{row125:.1%}]", f"{saved:.1%}", saved > thr,
                          f"Comm-metered payload bytes per step (SparQ's fp16 residual and labels included), "
                          f"{where}{scaled}"))
@@ -286,13 +286,13 @@ def table2_claims(recs: dict, model: str, steps: int, batch: int, seq: int, pert
     t_fo, t_aq, t_sq = (peak_tensor(r) for r in (fo, aq, sq))
     if None in (t_fo, t_aq, t_sq):
         why = "peak tensor bytes were not measured (run with memory='tensor' or 'pass')"
-        out.append(claim("SparQ", mem_quote, src, mem_criterion, "", None, None, why))
-        out.append(claim("SparQ", aq_quote, src + "; abstract, §7", aq_criterion, "", None, None, why))
+        out.append(claim("sparq.memory-saving-vs-fo", "SparQ", mem_quote, src, mem_criterion, "", None, None, why))
+        out.append(claim("sparq.memory-vs-aq", "SparQ", aq_quote, src + "; abstract, §7", aq_criterion, "", None, None, why))
         return out
     (fo_sum, fo_max), (aq_sum, aq_max), (sq_sum, sq_max) = t_fo, t_aq, t_sq
     saved, saved_max = 1 - sq_sum / fo_sum, 1 - sq_max / fo_max
     out.append(claim(
-        "SparQ", mem_quote, src, mem_criterion,
+        "sparq.memory-saving-vs-fo", "SparQ", mem_quote, src, mem_criterion,
         f"{paper['mem_saving_vs_fo_min']:.0%} to {paper['mem_saving_vs_fo_max']:.0%} [50 %: 2.0x]",
         f"{saved:.1%} ({fo_sum / sq_sum:.2f}x)", saved >= 0.30,
         f"peak tensor bytes summed over the ranks (SparQ Table 2's caption: \"total peak memory usage on "
@@ -307,7 +307,7 @@ def table2_claims(recs: dict, model: str, steps: int, batch: int, seq: int, pert
     ratio = (aq_sum - buffers + storage) / sq_sum
     ratio_max = (aq_max - _m(aq, "ef_state_bytes_rank_max") + storage) / sq_max
     out.append(claim(
-        "SparQ", aq_quote, src + "; abstract, §7", aq_criterion,
+        "sparq.memory-vs-aq", "SparQ", aq_quote, src + "; abstract, §7", aq_criterion,
         f"{paper['mem_ratio_vs_aq_min']:.1f}x least [13x]", f"{ratio:.2f}x", ratio > 3,
         f"AQ-SGD: peak tensor bytes summed over the ranks less its buffers in the window, plus its "
         f"measured buffer bytes per sample x {PAPER_TRAIN_SAMPLES} training samples (the MeZO protocol's "
