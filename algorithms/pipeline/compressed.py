@@ -27,6 +27,7 @@ import torch
 from algorithms.codecs import CodecError
 from harness.config import RunConfig
 from harness.data import get_dataset
+from harness.heldout import evaluate_stages
 from harness.models import PRESETS, build_stage
 from harness.registry import register
 from harness.seeding import keyed_generator
@@ -175,8 +176,10 @@ def _train(ctx):
     links = build_links(cfg.algorithm, ctx.rank, ctx.world_size, p, ctx.dtype, cfg.seed)
     opt = make_optimizer(stage.parameters(), p)
     lazy = LazyData(cfg.data, batch_size=cfg.batch_size, seq_len=cfg.seq_len, seed=cfg.seed,
-                    p=getattr(p, "p", 1.0), rule=getattr(p, "rule", "batch"), dataset_size=p.dataset_size)
+                    p=getattr(p, "p", 1.0), rule=getattr(p, "rule", "batch"), dataset_size=p.dataset_size,
+                    model=cfg.model)
     ctx.tokens_per_step = cfg.batch_size * cfg.seq_len
+    evaluate_stages(ctx, stage, "start")
     fresh_rows = 0
     for step in ctx.steps():
         fresh = lazy.next(step)
@@ -199,6 +202,7 @@ def _train(ctx):
     ctx.extra["ef_state_bytes_total"] = (float(total[0]), "bytes")
     ctx.extra["fresh_fraction"] = (fresh_rows / (cfg.steps * cfg.batch_size), "ratio")
     _evaluate(ctx, stage, p.eval_batches)
+    evaluate_stages(ctx, stage, "end")
     return ctx.finish((i, t) for i, _, t in stage.global_named_parameters())
 
 
@@ -208,7 +212,8 @@ def _evaluate(ctx, stage, batches: int) -> None:
     cfg, data = ctx.cfg, get_dataset(ctx.cfg.data)
     results = []
     for i in range(batches):
-        ids, labels = data.batch(i, batch_size=cfg.batch_size, seq_len=cfg.seq_len, seed=cfg.seed, split="val")
+        ids, labels = data.batch(i, batch_size=cfg.batch_size, seq_len=cfg.seq_len, seed=cfg.seed, split="val",
+                                 model=cfg.model)
         results.append(evaluate(ctx.comm, stage, ids.to(ctx.device), labels.to(ctx.device), _wire_codec(ctx.dtype)))
     if results[0] is not None:
         ctx.extra["val_loss"] = (sum(r[0] for r in results) / batches, "nats/token")

@@ -97,7 +97,7 @@ def run_step(comm, stage: Stage, input_ids: torch.Tensor, labels: torch.Tensor,
             got = Arrival((), (ids[mb],), ids[mb])
         else:
             got = boundary.recv(comm, links.fwd_in, rank - 1, mb, stage, device)
-        outputs = stage(*got.inputs)
+        outputs = stage(*got.inputs, input_ids=ids[mb])
         if rank == last:
             loss = lm_loss(outputs[0], labs[mb]) / micro_batches
             loss_total += loss.item()
@@ -128,7 +128,8 @@ def pipeline_step(comm, stage: Stage, input_ids: torch.Tensor, labels: torch.Ten
 @torch.no_grad()
 def evaluate(comm, stage: Stage, input_ids: torch.Tensor, labels: torch.Tensor,
              wire: Codec, tag: str = "eval") -> tuple[float, float] | None:
-    """Uncompressed forward of one batch; (mean loss, next-token accuracy) on the last stage."""
+    """Uncompressed forward of one batch; (mean loss, accuracy) on the last stage (next-token
+    accuracy for a causal LM, class accuracy for a classifier)."""
     rank, last = comm.rank, comm.world_size - 1
     link = Channel(wire)
     if rank == 0:
@@ -136,7 +137,7 @@ def evaluate(comm, stage: Stage, input_ids: torch.Tensor, labels: torch.Tensor,
     else:
         inputs = tuple(link.recv(comm, rank - 1, tag, (0, i), input_ids.device)
                        for i in range(len(stage.input_names)))
-    outputs = stage(*inputs)
+    outputs = stage(*inputs, input_ids=input_ids)
     if rank != last:
         for i, t in enumerate(outputs):
             link.send(comm, t, rank + 1, tag, (0, i))

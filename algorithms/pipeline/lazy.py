@@ -27,7 +27,7 @@ RULES = ("batch", "sample")
 
 class LazyData:
     def __init__(self, data: str, *, batch_size: int, seq_len: int, seed: int, p: float = 1.0,
-                 rule: str = "batch", dataset_size: int = 0):
+                 rule: str = "batch", dataset_size: int = 0, model: str | None = None):
         if not 0 < p <= 1:
             raise ValueError(f"p must be in (0, 1], got {p}")
         if rule not in RULES:
@@ -36,6 +36,7 @@ class LazyData:
             raise ValueError(f"dataset_size {dataset_size} is not a multiple of batch_size {batch_size}")
         self.dataset = get_dataset(data)
         self.B, self.T, self.seed, self.p, self.rule = batch_size, seq_len, seed, p, rule
+        self.model = model  # a text task tokenises with the model's tokenizer
         self.num_batches = dataset_size // batch_size
         self._coin = keyed_generator(seed, "lazy-sampling", p, rule)
         self._draws = torch.full((batch_size,), -1, dtype=torch.long)  # fresh draws per row so far
@@ -59,7 +60,8 @@ class LazyData:
         if j not in self._cache:
             if len(self._cache) > 4 * self.B:
                 self._cache.clear()
-            self._cache[j] = self.dataset.batch(j, batch_size=self.B, seq_len=self.T, seed=self.seed)
+            self._cache[j] = self.dataset.batch(j, batch_size=self.B, seq_len=self.T, seed=self.seed,
+                                                model=self.model)
         return self._cache[j]
 
     def next(self, step: int) -> torch.Tensor:

@@ -15,6 +15,7 @@ import torch
 
 from harness.config import RunConfig
 from harness.data import get_dataset
+from harness.heldout import evaluate_model
 from harness.models import lm_loss
 
 
@@ -33,7 +34,7 @@ def micro_batch_problem(cfg: RunConfig) -> str | None:
 def batch(cfg: RunConfig, step: int, device):
     """Step ``step``'s batch, the one every rank of a run reads."""
     ids, labels = get_dataset(cfg.data).batch(step, batch_size=cfg.batch_size, seq_len=cfg.seq_len,
-                                              seed=cfg.seed)
+                                              seed=cfg.seed, model=cfg.model)
     return ids.to(device), labels.to(device)
 
 
@@ -48,6 +49,7 @@ def train_local(ctx, model: torch.nn.Module, opt: torch.optim.Optimizer, *,
     """
     cfg, M = ctx.cfg, ctx.cfg.micro_batches
     ctx.tokens_per_step = cfg.batch_size * cfg.seq_len
+    evaluate_model(ctx, model, "start")
     for step in ctx.steps():
         input_ids, labels = batch(cfg, step, ctx.device)
         opt.zero_grad(set_to_none=True)
@@ -64,3 +66,4 @@ def train_local(ctx, model: torch.nn.Module, opt: torch.optim.Optimizer, *,
         if after_update is not None:
             after_update(step)
         ctx.log(loss=total)
+    evaluate_model(ctx, model, "end")

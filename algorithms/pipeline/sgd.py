@@ -14,6 +14,7 @@ import torch
 
 from algorithms.codecs import make_codec
 from harness.config import RunConfig
+from harness.heldout import evaluate_stages
 from harness.models import PRESETS, build_model, build_stage, max_stages
 from harness.registry import register
 
@@ -96,6 +97,7 @@ def pipeline_sgd(ctx):
     codecs = LinkCodecs(forward=wire, backward=wire)
     opt = _optimizer(stage.parameters(), p)
     ctx.tokens_per_step = cfg.batch_size * cfg.seq_len
+    evaluate_stages(ctx, stage, "start")
     for step in ctx.steps():
         input_ids, labels = batch(cfg, step, ctx.device)
         opt.zero_grad(set_to_none=True)
@@ -103,4 +105,5 @@ def pipeline_sgd(ctx):
         opt.step()
         if loss is not None:
             ctx.log(loss=loss)
+    evaluate_stages(ctx, stage, "end")
     return ctx.finish((i, t) for i, _, t in stage.global_named_parameters())

@@ -61,10 +61,11 @@ def shard_batch(cfg, step: int, group: int, groups: int, same_batch: bool, devic
 
     ds = get_dataset(cfg.data)
     if groups == 1 or same_batch:
-        ids, labels = ds.batch(step, batch_size=cfg.batch_size, seq_len=cfg.seq_len, seed=cfg.seed)
+        ids, labels = ds.batch(step, batch_size=cfg.batch_size, seq_len=cfg.seq_len, seed=cfg.seed,
+                               model=cfg.model)
     else:  # shard b of the global batch (its rows b*bs/K ..)
         ids, labels = ds.batch(step, batch_size=cfg.batch_size // groups, seq_len=cfg.seq_len,
-                               seed=cfg.seed, shard=group, num_shards=groups)
+                               seed=cfg.seed, shard=group, num_shards=groups, model=cfg.model)
     return ids.to(device), labels.to(device)
 
 

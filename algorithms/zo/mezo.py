@@ -16,6 +16,7 @@ import torch
 
 from harness.config import RunConfig
 from harness.data import get_dataset
+from harness.heldout import evaluate_model
 from harness.models import build_model, lm_loss
 from harness.registry import register
 
@@ -24,7 +25,8 @@ from .perturb import Perturber, step_seeds, zo_update
 
 
 def batch(cfg: RunConfig, step: int, device: torch.device):
-    ids, labels = get_dataset(cfg.data).batch(step, batch_size=cfg.batch_size, seq_len=cfg.seq_len, seed=cfg.seed)
+    ids, labels = get_dataset(cfg.data).batch(step, batch_size=cfg.batch_size, seq_len=cfg.seq_len, seed=cfg.seed,
+                                              model=cfg.model)
     return ids.to(device), labels.to(device)
 
 
@@ -39,6 +41,7 @@ def mezo(ctx):
     model = build_model(cfg.model, seed=cfg.seed, dtype=ctx.dtype, device=ctx.device).eval()
     pert = Perturber(list(enumerate(model.parameters())), p.mode, p.track_drift)
     ctx.tokens_per_step = cfg.batch_size * cfg.seq_len
+    evaluate_model(ctx, model, "start")
     with torch.no_grad():
         for step in ctx.steps():
             ids, labels = batch(cfg, step, ctx.device)
@@ -48,6 +51,7 @@ def mezo(ctx):
             zo_update(pert, seeds, g, p.lr)
             ctx.log(loss=logged_loss(losses, p.difference))
             log_scalars(ctx, g)
+    evaluate_model(ctx, model, "end")
     ctx.extra.update(drift_extras(pert))
     return ctx.finish(enumerate(model.parameters()))
 

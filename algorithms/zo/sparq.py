@@ -25,6 +25,7 @@ import torch
 
 from algorithms.codecs.channel import Channel
 from harness.config import ConfigError, RunConfig
+from harness.heldout import evaluate_stages
 from harness.models import PRESETS, build_stage, lm_loss
 from harness.registry import register
 
@@ -144,15 +145,21 @@ def sparq(ctx):
     stage = build_stage(cfg.model, seed=cfg.seed, num_stages=M, stage_index=rank, cut="ffn_act",
                         boundaries=list(cuts), dtype=ctx.dtype, device=ctx.device).eval()
     pert = Perturber([(i, t) for i, _, t in stage.global_named_parameters()], p.mode, p.track_drift)
-    link = Link(comm, p, torch.empty((), dtype=ctx.dtype).element_size(), PRESETS[cfg.model].vocab_size)
+    preset = PRESETS[cfg.model]
+    # the labels are class ids for a classifier, token ids for a causal LM
+    classes = preset.num_labels if preset.task == "classify" else preset.vocab_size
+    link = Link(comm, p, torch.empty((), dtype=ctx.dtype).element_size(), classes)
     ctx.tokens_per_step = cfg.batch_size * cfg.seq_len
     nnz_total = numel_total = 0
+    evaluate_stages(ctx, stage, "start")
     with torch.no_grad():
         for step in ctx.steps():
             link.closed_form, link.nnz, link.numel = 0, 0, 0
             seeds = step_seeds(cfg.seed, step, p.perturbations)
             ids = labels = None
-            if first or (last and p.labels == "local"):
+            # a padded encoder's stages build their attention mask from the token ids, which
+            # each rank reads itself (like the labels with labels=local): nothing crosses for it
+            if first or (last and p.labels == "local") or stage.needs_input_ids:
                 ids, labels = batch(cfg, step, ctx.device)
             if p.labels == "send" and first:
                 link.send_labels(labels, M - 1)
@@ -160,7 +167,7 @@ def sparq(ctx):
                 labels = link.recv_labels(0, ctx.device)
             losses = []
             for _ in walk(pert, seeds, p.mu, p.difference):
-                out = stage(ids) if first else stage(*link.recv(rank - 1, ctx.device))
+                out = stage(ids) if first else stage(*link.recv(rank - 1, ctx.device), input_ids=ids)
                 if last:
                     losses.append(lm_loss(out[0], labels))
                 else:
@@ -177,6 +184,7 @@ def sparq(ctx):
                 ctx.log(act_nnz_ratio=link.nnz / max(1, link.numel))
             ctx.log(closed_form_bytes=link.closed_form)
             nnz_total, numel_total = nnz_total + link.nnz, numel_total + link.numel
+    evaluate_stages(ctx, stage, "end")
     for m, c in enumerate(cuts):
         ctx.extra[f"split_block{m}"] = (float(c), "block")
         if c in rho:

@@ -41,8 +41,8 @@ def measure_nnz(model_name: str, blocks: list[int], *, bits: int | None, signed:
     """Mean non-zero ratio of block j's (quantised) FFN activation, for each j in ``blocks``."""
     model = build_model(model_name, seed=seed, dtype=dtype).eval()
     ds = get_dataset(data)
-    batches = [ds.batch(k, batch_size=batch_size, seq_len=seq_len, seed=seed, split="val")[0]
-               for k in range(calib)]
+    batches = [ds.batch(k, batch_size=batch_size, seq_len=seq_len, seed=seed, split="val",
+                        model=model_name)[0] for k in range(calib)]
     out = {}
     for j in sorted(set(blocks)):
         head = split_model(model, 2, "ffn_act", [j])[0]

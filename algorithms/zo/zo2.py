@@ -155,7 +155,7 @@ class ZO2Engine:
                 with fwd:
                     hs[k] = fam.embed(st, ids)
         with fwd:
-            ctx = fam.context(st, next(iter(hs.values()))) if hs else {}
+            ctx = fam.context(st, next(iter(hs.values())), ids) if hs else {}
 
         def compute(i: int) -> None:
             self._apply_pending(self.block_perts[i])

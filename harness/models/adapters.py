@@ -77,7 +77,12 @@ class _Family:
     def embed(self, st: Stage, ids: Tensor) -> Tensor:
         raise NotImplementedError
 
-    def context(self, st: Stage, ref: Tensor) -> dict[str, Any]:
+    # Whether a stage needs the micro-batch's token ids besides its boundary inputs: a padded
+    # family builds its attention mask from them on every stage (each rank reads the batch
+    # itself, as a pipeline's stages read their labels; nothing crosses the wire for it).
+    needs_input_ids = False
+
+    def context(self, st: Stage, ref: Tensor, input_ids: Tensor | None = None) -> dict[str, Any]:
         raise NotImplementedError
 
     def block(self, layer: nn.Module, h: Tensor, ctx: dict[str, Any]) -> Tensor:
@@ -141,7 +146,7 @@ class _OPT(_Family):
             inputs_embeds = m["project_in"](inputs_embeds)
         return inputs_embeds + pos_embeds.to(inputs_embeds.device)
 
-    def context(self, st, ref):
+    def context(self, st, ref, input_ids=None):
         return {"mask": _causal_mask(st.config, ref, None)}
 
     def block(self, layer, h, ctx):
@@ -213,7 +218,7 @@ class _GPT2(_Family):
         h = inputs_embeds + m["wpe"](position_ids).to(inputs_embeds.device)
         return m["drop"](h)
 
-    def context(self, st, ref):
+    def context(self, st, ref, input_ids=None):
         position_ids = self._positions(ref)
         return {"mask": _causal_mask(st.config, ref, position_ids), "position_ids": position_ids}
 
@@ -244,7 +249,7 @@ class _Llama(_Family):
     def embed(self, st, ids):
         return st.embed["embed_tokens"](ids)
 
-    def context(self, st, ref):
+    def context(self, st, ref, input_ids=None):
         position_ids = torch.arange(ref.shape[1], device=ref.device).unsqueeze(0)
         return {"mask": _causal_mask(st.config, ref, position_ids), "position_ids": position_ids,
                 "position_embeddings": st.shared["rotary_emb"](ref, position_ids=position_ids)}
@@ -273,5 +278,52 @@ class _Llama(_Family):
         return m["lm_head"](m["norm"](h))
 
 
+class _Bert(_Family):
+    # A post-LN encoder classifier (BertForSequenceClassification): the embedding module
+    # (word + position + token type, LayerNorm), blocks with a bidirectional padding mask, and
+    # the CLS pooler + classifier as the head.  Cut after the FFN activation, the residual that
+    # crosses is the attention half's output (the input of ``output``'s add + LayerNorm).
+    needs_input_ids = True
+
+    def embed_modules(self, model):
+        return {"embeddings": model.bert.embeddings}
+
+    def head_modules(self, model):
+        return {"pooler": model.bert.pooler, "dropout": model.dropout, "classifier": model.classifier}
+
+    def pre_modules(self, layer):
+        return {"attention": layer.attention, "intermediate": layer.intermediate}
+
+    def post_modules(self, layer):
+        return {"output": layer.output}
+
+    def embed(self, st, ids):
+        return st.embed["embeddings"](input_ids=ids)
+
+    def context(self, st, ref, input_ids=None):
+        from transformers.masking_utils import create_bidirectional_mask
+
+        if input_ids is None:
+            raise ValueError(f"stage {st.index} of a padded encoder needs the micro-batch's token ids "
+                             "(input_ids=...) to build its attention mask")
+        mask = input_ids.ne(st.config.pad_token_id).long()
+        return {"mask": create_bidirectional_mask(config=st.config, inputs_embeds=ref, attention_mask=mask)}
+
+    def block(self, layer, h, ctx):
+        return layer(h, ctx["mask"])
+
+    def pre(self, st, m, h, ctx):
+        r, _ = m["attention"](h, ctx["mask"])
+        return m["intermediate"](r), r
+
+    def post(self, st, m, a, r):
+        return m["output"](a, r)
+
+    def head(self, st, h):
+        m = st.head
+        return m["classifier"](m["dropout"](m["pooler"](h)))
+
+
 _FAMILIES: dict[str, _Family] = {
-    name: cls(family_spec(name)) for name, cls in (("opt", _OPT), ("gpt2", _GPT2), ("llama", _Llama))}
+    name: cls(family_spec(name))
+    for name, cls in (("opt", _OPT), ("gpt2", _GPT2), ("llama", _Llama), ("bert", _Bert))}

@@ -1,7 +1,8 @@
 """Where each Hugging Face model family keeps its parts: one description per family.
 
 A :class:`FamilySpec` names, as ``named_modules()`` paths, the embedding, the
-stack of blocks, the final norm and the LM head of a causal LM, and, inside one
+stack of blocks, the final norm and the LM head of a causal LM (for an encoder
+classifier: the pooler and the classifier), and, inside one
 block, its attention half (norm, attention, output projection) and its FFN half
 (norm, input projections, activation, output projection).  The model zoo
 (initialisation, the stage adapters) and the algorithms that constrain or hook
@@ -73,13 +74,24 @@ FAMILY_SPECS: dict[str, FamilySpec] = {
         attn_out="self_attn.o_proj", ffn_norm="post_attention_layernorm",
         ffn_in=("mlp.gate_proj", "mlp.up_proj"), ffn_act="mlp.act_fn", ffn_out="mlp.down_proj",
         ffn_width="intermediate_size", out_axis=0),
+    # A post-LN encoder (BERT, MiniLM): no norm before the attention; each half's LayerNorm
+    # follows its residual add (``attention.output`` and ``output``).  The root is a
+    # ``*ForSequenceClassification``: the "head" is the CLS pooler and the classifier.
+    "bert": FamilySpec(
+        "bert", layers="bert.encoder.layer", token_embedding="bert.embeddings.word_embeddings",
+        position_embedding="bert.embeddings.position_embeddings",
+        final_norm="bert.pooler", lm_head="classifier", rotary=None,
+        attn_norm="attention.output.LayerNorm", attn="attention", attn_out="attention.output.dense",
+        ffn_norm="output.LayerNorm", ffn_in=("intermediate.dense",),
+        ffn_act="intermediate.intermediate_act_fn", ffn_out="output.dense",
+        ffn_width="intermediate_size", out_axis=0),
 }
 
 FAMILIES = tuple(FAMILY_SPECS)
 
 
 def family_spec(family: str) -> FamilySpec:
-    """The description of ``family`` (``"opt"``, ``"gpt2"``, ``"llama"``)."""
+    """The description of ``family`` (``"opt"``, ``"gpt2"``, ``"llama"``, ``"bert"``)."""
     try:
         return FAMILY_SPECS[family]
     except (KeyError, TypeError):

@@ -9,7 +9,8 @@ __all__ = ["lm_loss"]
 
 
 def lm_loss(logits: Tensor, labels: Tensor) -> Tensor:
-    """Mean token cross-entropy; ``labels`` are the next tokens (same shape as input_ids).
+    """Mean cross-entropy: per token for a causal LM (``labels`` are the next tokens, the shape of
+    input_ids, logits ``[B, T, V]``), per sample for a classifier (labels ``[B]``, logits ``[B, C]``).
 
     Half-precision logits are upcast to float32 first; float32/float64 are used as is.
     """

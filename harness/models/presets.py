@@ -1,9 +1,11 @@
 """Model presets: the shape of each named model and its ``transformers`` config.
 
-Every model is a Hugging Face ``transformers`` causal LM built from a config
-(nothing is ever downloaded).  Three families are supported: OPT (ReLU FFN,
+Every model is a Hugging Face ``transformers`` model built from a config
+(nothing is ever downloaded).  Causal LMs of three families: OPT (ReLU FFN,
 learned positions), GPT-2 (GELU FFN, learned positions) and Llama (SwiGLU FFN,
-RoPE, RMSNorm); where each keeps its parts is described in :mod:`.families`.
+RoPE, RMSNorm); and a BERT encoder classifier (``task="classify"``), whose
+pretrained weights come from an installed package (:mod:`.pretrained`).  Where
+each family keeps its parts is described in :mod:`.families`.
 """
 
 from __future__ import annotations
@@ -13,7 +15,9 @@ from typing import Any
 
 from .families import FAMILIES
 
-__all__ = ["PRESETS", "ModelPreset"]
+__all__ = ["PRESETS", "TASKS", "ModelPreset"]
+
+TASKS = ("lm", "classify")
 
 @dataclass(frozen=True)
 class ModelPreset:
@@ -29,6 +33,12 @@ class ModelPreset:
     activation: str
     synthetic_weights: bool = True
     description: str = ""
+    # "lm": next-token logits [B, T, vocab]; "classify": class logits [B, num_labels] from a
+    # sequence classifier (labels [B]); the loss and the accuracy read either shape
+    task: str = "lm"
+    num_labels: int = 2
+    # the installed package the weights come from (:data:`.pretrained.SOURCES`); None: synthetic
+    pretrained: str | None = None
 
     def __post_init__(self) -> None:
         from transformers.activations import ACT2FN
@@ -45,6 +55,12 @@ class ModelPreset:
             raise ValueError("llama (RoPE) needs an even head dimension")
         if self.activation not in ACT2FN:
             raise ValueError(f"unknown activation {self.activation!r}")
+        if self.task not in TASKS:
+            raise ValueError(f"unknown task {self.task!r}; choose from {', '.join(TASKS)}")
+        if (self.family == "bert") != (self.task == "classify"):
+            raise ValueError("the encoder family 'bert' is the (only) sequence classifier")
+        if self.synthetic_weights == (self.pretrained is not None):
+            raise ValueError("a preset has synthetic weights or names its pretrained source, not both")
 
     @property
     def head_dim(self) -> int:
@@ -75,6 +91,16 @@ class ModelPreset:
                 activation_function=self.activation, resid_pdrop=0.0, embd_pdrop=0.0,
                 attn_pdrop=0.0, scale_attn_by_inverse_layer_idx=False,
                 reorder_and_upcast_attn=False, **common)
+        if self.family == "bert":
+            from transformers import BertConfig
+
+            # dropout 0: a ZO step compares losses of the same forward at nearby points
+            return BertConfig(
+                vocab_size=self.vocab_size, hidden_size=self.d_model, num_hidden_layers=self.num_blocks,
+                num_attention_heads=self.heads, intermediate_size=self.ffn_dim,
+                hidden_act=self.activation, hidden_dropout_prob=0.0, attention_probs_dropout_prob=0.0,
+                classifier_dropout=0.0, max_position_embeddings=self.max_positions, type_vocab_size=2,
+                layer_norm_eps=1e-12, pad_token_id=0, num_labels=self.num_labels, use_cache=False)
         from transformers import LlamaConfig
 
         return LlamaConfig(
@@ -105,6 +131,11 @@ PRESETS: dict[str, ModelPreset] = {
                             description="OPT-125M shape (untied LM head)"),
     "gpt2-124m": ModelPreset("gpt2", 12, 768, 3072, 12, 50257, 1024, "gelu_new",
                              description="GPT-2 small shape (untied LM head)"),
+    # Real pretrained weights, installed from a package (nothing is downloaded at run time).
+    "minilm-l6": ModelPreset("bert", 6, 384, 1536, 12, 30522, 512, "gelu", synthetic_weights=False,
+                             task="classify", pretrained="minilm-l6",
+                             description="all-MiniLM-L6-v2, pretrained BERT encoder (GELU FFN), CLS "
+                                         "pooler + a fresh 2-class head"),
 }
 
 

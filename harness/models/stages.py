@@ -68,7 +68,8 @@ class Stage(nn.Module):
     ``forward(*inputs)`` takes the tensors named by ``input_names`` and returns
     a tuple of the tensors named by ``output_names``:
 
-    * first stage input ``("input_ids",)``; last stage output ``("logits",)``;
+    * first stage input ``("input_ids",)``; last stage output ``("logits",)``
+      (``[B, T, vocab]`` for a causal LM, ``[B, num_labels]`` for a classifier);
     * ``cut="block"`` boundaries carry ``("hidden",)`` ``[B, T, d_model]``;
     * ``cut="ffn_act"`` boundaries carry ``("ffn_act", "residual")``:
       ``[B, T, ffn]`` and ``[B, T, d_model]``.
@@ -139,6 +140,8 @@ class Stage(nn.Module):
         c = self.config
         if name == "input_ids":
             return TensorSpec(name, (batch, seq_len), torch.int64)
+        if name == "logits" and self.family == "bert":
+            return TensorSpec(name, (batch, c.num_labels), self.dtype)
         width = {"hidden": c.hidden_size, "residual": c.hidden_size,
                  "ffn_act": self._fam.ffn_width(c), "logits": c.vocab_size}[name]
         return TensorSpec(name, (batch, seq_len, width), self.dtype)
@@ -155,7 +158,14 @@ class Stage(nn.Module):
 
     # -- compute --------------------------------------------------------------------
 
-    def forward(self, *inputs: Tensor) -> tuple[Tensor, ...]:
+    @property
+    def needs_input_ids(self) -> bool:
+        """Whether :meth:`forward` needs ``input_ids=`` on every stage (a padded encoder's mask)."""
+        return self._fam.needs_input_ids
+
+    def forward(self, *inputs: Tensor, input_ids: Tensor | None = None) -> tuple[Tensor, ...]:
+        """``input_ids``: the micro-batch's token ids, read locally by a stage past the first
+        when its family builds a padding mask from them (:attr:`needs_input_ids`)."""
         if len(inputs) != len(self.input_names):
             raise ValueError(f"stage {self.index} takes {len(self.input_names)} inputs "
                              f"{self.input_names}, got {len(inputs)}")
@@ -168,7 +178,9 @@ class Stage(nn.Module):
             h = None
         else:
             h = ref = inputs[0]
-        ctx = fam.context(self, ref) if (self.blocks or self.pre_block is not None) else {}
+        if self.index == 0 and input_ids is None:
+            input_ids = inputs[0]
+        ctx = fam.context(self, ref, input_ids) if (self.blocks or self.pre_block is not None) else {}
         if self.post_block is not None:
             h = fam.post(self, self.post_part, a, ref)
         for layer in self.block_modules:
@@ -292,7 +304,7 @@ def build_stage(name: str, *, seed: int, num_stages: int, stage_index: int, cut:
     if not isinstance(stage_index, int) or isinstance(stage_index, bool) \
             or not 0 <= stage_index < num_stages:
         raise ValueError(f"stage_index must be in [0, {num_stages - 1}], got {stage_index!r}")
-    if weights is not None:
+    if weights is not None or preset.pretrained is not None:
         model = build_model(name, seed=seed, dtype=dtype, weights=weights, device=device)
         return split_model(model, num_stages, cut, boundaries)[stage_index]
     model = _meta_model(preset.hf_config())

@@ -17,6 +17,7 @@ the float32 one.  Scheme:
 
 from __future__ import annotations
 
+import functools
 import math
 import os
 from collections.abc import Sequence
@@ -59,11 +60,38 @@ def init_value(seed: int, index: int, name: str, shape: Sequence[int], num_block
     return torch.ones(shape, dtype=torch.float32)  # norm weights
 
 
-def _meta_model(config: Any) -> Any:
+@functools.cache
+def encoder_classifier_class() -> type:
+    """``BertForSequenceClassification`` that builds its padding mask from the token ids.
+
+    Tokenised text is padded to the batch's length with ``pad_token_id``; a bare
+    ``model(ids)`` (every training loop's call) must not attend to the padding, so
+    the mask is derived here exactly as a caller would pass it."""
+    from transformers import BertForSequenceClassification
+
+    class EncoderClassifier(BertForSequenceClassification):
+        def forward(self, input_ids=None, attention_mask=None, **kwargs):
+            if attention_mask is None and input_ids is not None:
+                attention_mask = input_ids.ne(self.config.pad_token_id).long()
+            return super().forward(input_ids=input_ids, attention_mask=attention_mask, **kwargs)
+
+    return EncoderClassifier
+
+
+def _model_class(config: Any) -> Any:
+    if getattr(config, "model_type", None) == "bert":
+        return encoder_classifier_class()
     from transformers import AutoModelForCausalLM
 
+    return AutoModelForCausalLM
+
+
+def _meta_model(config: Any) -> Any:
+    cls = _model_class(config)
     with torch.device("meta"):
-        return AutoModelForCausalLM.from_config(config, attn_implementation=ATTN_IMPLEMENTATION)
+        if hasattr(cls, "from_config"):
+            return cls.from_config(config, attn_implementation=ATTN_IMPLEMENTATION)
+        return cls._from_config(config, attn_implementation=ATTN_IMPLEMENTATION)
 
 
 def _materialise(root: nn.Module, entries: Sequence[tuple[int, str, str]], seed: int,
@@ -118,8 +146,7 @@ def _load_pretrained(preset: ModelPreset, weights: str, dtype: torch.dtype) -> A
     if config.num_hidden_layers != preset.num_blocks or config.hidden_size != preset.d_model:
         raise ValueError(f"weights in {path!r} have {config.num_hidden_layers} blocks x "
                          f"{config.hidden_size}, the preset has {preset.num_blocks} x {preset.d_model}")
-    for key in ("dropout", "attention_dropout", "layerdrop", "resid_pdrop", "embd_pdrop",
-                "attn_pdrop", "activation_dropout"):
+    for key in _DROPOUT_KEYS:
         if hasattr(config, key):
             setattr(config, key, 0.0)
     config.use_cache = False
@@ -147,12 +174,59 @@ def _load_pretrained(preset: ModelPreset, weights: str, dtype: torch.dtype) -> A
     return model.to(dtype=dtype)
 
 
+_DROPOUT_KEYS = ("dropout", "attention_dropout", "layerdrop", "resid_pdrop", "embd_pdrop", "attn_pdrop",
+                 "activation_dropout", "hidden_dropout_prob", "attention_probs_dropout_prob",
+                 "classifier_dropout")
+
+
+def _load_packaged(preset: ModelPreset, seed: int, dtype: torch.dtype) -> Any:
+    """A preset's installed pretrained checkpoint (hash-checked), dropout off; the parameters the
+    checkpoint lacks (a fresh classifier head) are drawn like synthetic ones, as a pure function
+    of ``(seed, global index)``, not from the global RNG ``transformers`` would use."""
+    from transformers import AutoConfig
+    from transformers.utils import logging as hf_logging
+
+    from .pretrained import checkpoint_dir
+
+    path = checkpoint_dir(preset.pretrained)
+    config = AutoConfig.from_pretrained(path, local_files_only=True)
+    if config.model_type != preset.family or config.num_hidden_layers != preset.num_blocks \
+            or config.hidden_size != preset.d_model or config.vocab_size != preset.vocab_size:
+        raise ValueError(f"the checkpoint in {path} ({config.model_type}, {config.num_hidden_layers} blocks "
+                         f"x {config.hidden_size}) does not match preset shape {preset}")
+    for key in _DROPOUT_KEYS:
+        if hasattr(config, key):
+            setattr(config, key, 0.0)
+    config.use_cache = False
+    if preset.task == "classify":
+        config.num_labels = preset.num_labels
+    verbosity = hf_logging.get_verbosity()
+    bars = hf_logging.is_progress_bar_enabled()
+    hf_logging.set_verbosity_error()  # "some weights were newly initialised": the head, redrawn below
+    hf_logging.disable_progress_bar()
+    try:
+        model, info = _model_class(config).from_pretrained(
+            path, config=config, local_files_only=True, dtype=torch.float32,
+            attn_implementation=ATTN_IMPLEMENTATION, output_loading_info=True)
+    finally:
+        hf_logging.set_verbosity(verbosity)
+        if bars:
+            hf_logging.enable_progress_bar()
+    fresh = set(info["missing_keys"])
+    with torch.no_grad():
+        for index, (name, p) in enumerate(model.named_parameters()):
+            if name in fresh:
+                p.copy_(init_value(seed, index, name, p.shape, preset.num_blocks))
+    return model.to(dtype=dtype)
+
+
 def build_model(name: str, *, seed: int, dtype: torch.dtype = torch.float32,
                 weights: str | None = None, device: torch.device | str = "cpu") -> Any:
-    """Build preset ``name`` with deterministic weights (or local pretrained ones).
+    """Build preset ``name`` with deterministic weights (or pretrained ones).
 
     Parameter ``i`` of ``named_parameters()`` is ``init_value(seed, i, ...)``
-    cast to ``dtype``.  ``weights`` is an optional local directory holding a
+    cast to ``dtype``; a preset with a pretrained source loads its installed,
+    hash-checked checkpoint instead (:func:`_load_packaged`).  ``weights`` is an optional local directory holding a
     ``save_pretrained`` checkpoint; it is loaded with ``local_files_only`` and
     its LM head is untied (``seed`` is then unused).  Unknown names raise
     ValueError; a missing directory raises FileNotFoundError.
@@ -160,6 +234,8 @@ def build_model(name: str, *, seed: int, dtype: torch.dtype = torch.float32,
     preset = _preset(name)
     if weights is not None:
         return _load_pretrained(preset, weights, dtype).to(device)
+    if preset.pretrained is not None:
+        return _load_packaged(preset, seed, dtype).to(device)
     model = _meta_model(preset.hf_config())
     entries = [(i, n, n) for i, (n, _) in enumerate(model.named_parameters())]
     _materialise(model, entries, seed, preset.num_blocks, dtype, device)
