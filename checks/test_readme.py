@@ -30,6 +30,8 @@ EXPENSIVE = {
     "asv preview": "serves the dashboard until stopped",
     "compare HEAD~1 HEAD": "needs both commits measured by the scripts/asv.sh line",
     "--net netns": "needs root; checks/test_netns.py runs namespaced runs where it can",
+    "scripts/gpu-check.sh": "the GPU run; checks/test_gpu_check.py runs its CPU path",
+    "benchmarks.gpu_check table": "needs a device's records; checks/test_gpu_check.py builds it from a fixture",
 }
 
 

@@ -21,7 +21,10 @@ On CPU the "device" is a pool of CPU buffers and each copy is counted; on CUDA
 uploads and offloads run on their own streams, ordered against the compute
 stream by events, with pinned host buffers so the copies are asynchronous.
 Each U/C/O is appended to :class:`ScheduleLog` so checks can verify order and
-residency.
+residency.  With ``trace=True`` each copy and each block's compute is also timed
+(:meth:`BlockOffloader.timeline`): on CUDA by events recorded on the stream that
+does the work (after its waits, so an interval is the work itself), on CPU by the
+wall clock; the timeline shows whether uploads and offloads overlap compute.
 """
 
 from __future__ import annotations
@@ -91,7 +94,8 @@ class BlockOffloader:
     """Host master of ``N`` blocks, ``budget`` device slots, plain or sliced transfers."""
 
     def __init__(self, blocks: Sequence[Sequence[torch.nn.Parameter]], *, device: torch.device,
-                 budget: int = 3, comm=None, sliced: bool = False, log: ScheduleLog | None = None):
+                 budget: int = 3, comm=None, sliced: bool = False, log: ScheduleLog | None = None,
+                 trace: bool = False):
         if budget < 1:
             raise ValueError(f"resident-block budget must be >= 1, got {budget}")
         self.blocks = [list(b) for b in blocks]
@@ -123,6 +127,9 @@ class BlockOffloader:
         self.free = list(range(budget))
         self.where: dict[int, int] = {}  # block -> slot
         self.max_slots_used = 0
+        # (pass, op, block, start, end): CUDA events or perf_counter seconds; see timeline()
+        self.trace: list[tuple] | None = [] if trace else None
+        self._compute_start = None
         if self.cuda:  # separate upload / offload streams; slot reuse waits for its offload
             self.up_stream, self.off_stream = torch.cuda.Stream(self.device), torch.cuda.Stream(self.device)
             self.up_done: dict[int, torch.cuda.Event] = {}
@@ -134,6 +141,35 @@ class BlockOffloader:
 
     def slot_bytes(self) -> int:
         return self.slots[0].numel() * self.esize
+
+    def _mark(self, stream=None):
+        """A point in time on ``stream`` (CUDA event) or the wall clock (CPU); None untraced."""
+        if self.trace is None:
+            return None
+        if self.cuda:
+            ev = torch.cuda.Event(enable_timing=True)
+            ev.record(stream if stream is not None else torch.cuda.current_stream(self.device))
+            return ev
+        return time.perf_counter()
+
+    def _traced(self, op: str, block: int, start, end) -> None:
+        if self.trace is not None:
+            self.trace.append((self.log.pass_id, op, block, start, end))
+
+    def timeline(self) -> list[dict]:
+        """The traced intervals, ``{pass, op, block, start_ms, end_ms}`` from the first start,
+        op ``U`` (upload), ``C`` (compute) or ``O`` (offload).  Synchronises the device."""
+        if not self.trace:
+            return []
+        self.synchronize()
+        if self.cuda:  # times from the first start event; the earliest start on any stream is 0
+            t0 = self.trace[0][3]
+            raw = [(float(t0.elapsed_time(a)), float(t0.elapsed_time(b))) for *_, a, b in self.trace]
+        else:
+            raw = [(a * 1e3, b * 1e3) for *_, a, b in self.trace]
+        first = min(a for a, _ in raw)
+        return [{"pass": pid, "op": op, "block": blk, "start_ms": a - first, "end_ms": b - first}
+                for (pid, op, blk, _, _), (a, b) in zip(self.trace, raw, strict=True)]
 
     def _count(self, link: str, nbytes: int, t0: float) -> None:
         self.bytes[link] += nbytes
@@ -153,16 +189,20 @@ class BlockOffloader:
             with torch.cuda.stream(self.up_stream):
                 if k in self.slot_free_ev:
                     self.up_stream.wait_event(self.slot_free_ev.pop(k))
+                start = self._mark(self.up_stream)
                 part = slot[lo:lo + s] if self.sliced else slot[:m]
                 part.copy_(self.host[i][:part.numel()], non_blocking=True)
-                ev = torch.cuda.Event()
+                ev = torch.cuda.Event(enable_timing=self.trace is not None)
                 ev.record(self.up_stream)
                 self.up_done[i] = ev
+                self._traced("U", i, start, ev if self.trace is not None else None)
         else:
+            start = self._mark()
             if self.sliced:
                 slot[lo:lo + s].copy_(self.host[i])
             else:
                 slot[:m].copy_(self.host[i][:m])
+            self._traced("U", i, start, self._mark())
         self._count("h2d", (s if self.sliced else m) * self.esize, t0)
         if self.sliced:  # the rest of the block comes from the peers
             if self.cuda:
@@ -187,8 +227,10 @@ class BlockOffloader:
             raise RuntimeError(f"block {i} computed while not resident")
         if self.cuda and i in self.up_done:
             torch.cuda.current_stream(self.device).wait_event(self.up_done.pop(i))
+        self._compute_start = self._mark()
 
     def computed(self, i: int) -> None:
+        self._traced("C", i, self._compute_start, self._mark())
         self.log.record("C", i, len(self.where))
 
     def offload(self, i: int) -> None:
@@ -201,15 +243,20 @@ class BlockOffloader:
             done.record(torch.cuda.current_stream(self.device))
             with torch.cuda.stream(self.off_stream):
                 self.off_stream.wait_event(done)
+                start = self._mark(self.off_stream)
                 src = slot[lo:lo + s] if self.sliced else slot[:m]
                 self.host[i][:src.numel()].copy_(src, non_blocking=True)
-                ev = torch.cuda.Event()
+                ev = torch.cuda.Event(enable_timing=self.trace is not None)
                 ev.record(self.off_stream)
                 self.slot_free_ev[k] = ev
-        elif self.sliced:
-            self.host[i].copy_(slot[lo:lo + s])
+                self._traced("O", i, start, ev if self.trace is not None else None)
         else:
-            self.host[i][:m].copy_(slot[:m])
+            start = self._mark()
+            if self.sliced:
+                self.host[i].copy_(slot[lo:lo + s])
+            else:
+                self.host[i][:m].copy_(slot[:m])
+            self._traced("O", i, start, self._mark())
         self._count("d2h", (s if self.sliced else m) * self.esize, t0)
         for p in self.blocks[i]:
             p.data = torch.empty(0, dtype=self.dtype, device=self.device)

@@ -65,7 +65,7 @@ class ZO2Engine:
     """A model whose blocks live on the host, trained by ZO-SGD with deferred updates."""
 
     def __init__(self, model, *, device: torch.device, mode: str = "exact", budget: int = 3,
-                 comm=None, sliced: bool = False, log: ScheduleLog | None = None):
+                 comm=None, sliced: bool = False, log: ScheduleLog | None = None, trace: bool = False):
         self.model = model
         self.stage = split_model(model, 1)[0]  # the family's embed / block / head functions
         self.fam = self.stage.ops
@@ -89,7 +89,8 @@ class ZO2Engine:
         self.head_update = pert([p for p in head if id(p) not in seen])
         blocks = [list(layer.parameters()) for layer in self.layers]
         self.block_perts = [pert(b) for b in blocks]
-        self.off = BlockOffloader(blocks, device=device, budget=budget, comm=comm, sliced=sliced, log=log)
+        self.off = BlockOffloader(blocks, device=device, budget=budget, comm=comm, sliced=sliced, log=log,
+                                   trace=trace)
         self.device = torch.device(device)
         self.pending: tuple[list[int], list[float], float] | None = None  # (seeds, g, lr)
         self.compute_s = 0.0

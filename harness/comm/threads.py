@@ -47,9 +47,14 @@ def _in_flight(t: torch.Tensor) -> torch.Tensor:
 class ThreadsWorld:
     """Shared state of one in-process world: mailboxes and collective slots."""
 
-    def __init__(self, world_size: int, timeout_s: float = 120.0):
+    def __init__(self, world_size: int, timeout_s: float = 120.0, device: torch.device | str | None = None):
         self.world_size = world_size
         self.timeout_s = timeout_s
+        # Where the ranks compute (their RankContext reads ``comm.device``): the CPU by
+        # default; a CUDA device puts every rank thread on that one GPU (a 2-stage
+        # pipeline on one card).  Frames still travel as host bytes, as nccl's
+        # receives hand them back (harness/comm/torchdist.py).
+        self.device = torch.device(device) if device is not None else torch.device("cpu")
         self.cond = threading.Condition()
         self.mail: dict[tuple[int, int], deque] = {}
         self.slots: dict[int, dict] = {}
@@ -90,6 +95,7 @@ class ThreadsComm(Comm):
         kw.setdefault("board", world.board)
         super().__init__(rank, world.world_size, **kw)
         self.world = world
+        self.device = world.device
         self._op = 0  # collective sequence number of this rank
 
     def _send_frame(self, data, dst, taghash):
@@ -98,6 +104,8 @@ class ThreadsComm(Comm):
             if w.failed is not None:
                 raise CommError(f"rank {self.rank}: send aborted because {w.failed}")
             w.seq += 1
+            if data.device.type != "cpu":  # a device payload crosses as host bytes
+                data = data.cpu()
             # the send buffer, counted by the sender while it exists, as on the process backends
             body = torch.cat([data, _END])
             frame = (w.seq, pack_frame_header(data.numel(), taghash), _in_flight(body))
@@ -174,16 +182,17 @@ class ThreadsComm(Comm):
 
 def run_threads(world_size: int, fn, *, timeout_s: float = 120.0, latency_ms: float = 0.0,
                 metered: bool = True, max_frame_bytes: int | None = None,
-                max_run_time_s: float | None = None, bandwidth_bps: float | None = None) -> list:
+                max_run_time_s: float | None = None, bandwidth_bps: float | None = None,
+                device: torch.device | str | None = None) -> list:
     """Run ``fn(comm)`` on ``world_size`` rank threads; return their results in rank order.
 
     A rank that raises ends the run: the others are released with CommError
     and the first failure is re-raised as RankFailed naming the rank (for a
     timed-out wait, the rank that stopped making progress).  A healthy run
     has no time limit unless ``max_run_time_s`` is given; each wait is bounded
-    by ``timeout_s``.
+    by ``timeout_s``.  ``device`` (default CPU) is where every rank computes.
     """
-    world = ThreadsWorld(world_size, timeout_s)
+    world = ThreadsWorld(world_size, timeout_s, device)
     results: list = [None] * world_size
     errors: dict[int, BaseException] = {}
 

@@ -129,6 +129,8 @@ PRESETS: dict[str, ModelPreset] = {
     # Paper-shaped models (synthetic weights unless a local directory is given).
     "opt-125m": ModelPreset("opt", 12, 768, 3072, 12, 50272, 2048, "relu",
                             description="OPT-125M shape (untied LM head)"),
+    "opt-1.3b": ModelPreset("opt", 24, 2048, 8192, 32, 50272, 2048, "relu",
+                            description="OPT-1.3B shape (untied LM head); for GPU memory runs"),
     "gpt2-124m": ModelPreset("gpt2", 12, 768, 3072, 12, 50257, 1024, "gelu_new",
                              description="GPT-2 small shape (untied LM head)"),
     # Real pretrained weights, installed from a package (nothing is downloaded at run time).

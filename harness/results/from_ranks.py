@@ -54,7 +54,7 @@ def _tensor_metrics(outputs: list[RankOutput], m) -> dict:
                                           False)}
 
 
-def build_record(cfg: RunConfig, outputs: list[RankOutput]) -> ResultRecord:
+def build_record(cfg: RunConfig, outputs: list[RankOutput], device: str | None = None) -> ResultRecord:
     from ..data import get_dataset
 
     steps = cfg.steps
@@ -122,7 +122,9 @@ def build_record(cfg: RunConfig, outputs: list[RankOutput]) -> ResultRecord:
         for k, v in o.history.items():
             history.setdefault(k if k not in history else f"{k}[rank{o.rank}]", v)
 
-    device = "cuda" if cfg.backend == "nccl" else "cpu"
+    # where the ranks computed: nccl ranks on their GPUs; threads ranks where their world was
+    # put (the CPU unless a caller placed it on a GPU, ``run_threads(device=...)``)
+    device = device or ("cuda" if cfg.backend == "nccl" else "cpu")
     env = env_info(device)
     env["peak_memory_source"] = "cuda max_memory_allocated" if device == "cuda" else (
         "VmHWM after clear_refs reset" if all(o.peak_memory_reset for o in outputs)

@@ -1,0 +1,88 @@
+"""Checks that need CUDA (marker ``gpu``): each skips without a GPU.
+
+``bash scripts/gpu-check.sh`` runs them on a GPU (its ``checks`` part).  They cover
+what the CPU suite cannot: ZO2's upload / compute / offload on real CUDA streams,
+ZO2 = MeZO bit for bit on the GPU, the CUDA memory meter, two pipeline stages
+sharing one GPU through the threads backend, and the nccl backend with one rank
+(nccl with several ranks needs several GPUs).
+"""
+
+import math
+
+import pytest
+import torch
+
+from algorithms.zo.offload import ScheduleLog, verify_schedule
+from algorithms.zo.perturb import step_seeds
+from algorithms.zo.zo2 import ZO2Engine, ZO2Params
+from benchmarks.gpu_check import run_on
+from harness.data import get_dataset
+from harness.launcher import run
+from harness.models import build_model
+from harness.registry import make_config
+
+pytestmark = [pytest.mark.gpu,
+              pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")]
+
+CUDA = torch.device("cuda", 0) if torch.cuda.is_available() else None
+TINY = dict(model="tiny-opt", steps=3, batch_size=4, seq_len=16)
+
+
+def _sha(rec) -> str:
+    return rec.metrics["params_sha256"].value
+
+
+@pytest.mark.parametrize("budget", [1, 2, 3])
+def test_zo2_schedule_on_real_streams(budget):
+    model = build_model("tiny-opt", seed=1).eval()
+    eng = ZO2Engine(model, device=CUDA, budget=budget, log=ScheduleLog(), trace=True)
+    p = ZO2Params(lr=1e-2)
+    for t in range(2):
+        ids, labels = get_dataset("wiki-en").batch(t, batch_size=2, seq_len=8, seed=1)
+        seeds = step_seeds(1, t, 1)
+        out = eng.losses(ids.to(CUDA), labels.to(CUDA), seeds, p)
+        eng.defer(seeds, [float((out[0] - out[1]) / 2e-3)], p.lr)
+    eng.flush()
+    N = len(eng.layers)
+    assert verify_schedule(eng.log, N, budget) == []
+    assert eng.log.max_resident == min(budget, 3)
+    # on the streams themselves: every block's upload ends before its compute starts and its
+    # offload starts after its compute ends (CUDA event times; 1 us of timer slack)
+    tl = eng.off.timeline()
+    by = {(e["pass"], e["op"], e["block"]): e for e in tl}
+    for pid in range(eng.log.pass_id):
+        for i in range(N):
+            u, c, o = (by[(pid, op, i)] for op in "UCO")
+            assert u["end_ms"] <= c["start_ms"] + 1e-3, (pid, i, u, c)
+            assert c["end_ms"] <= o["start_ms"] + 1e-3, (pid, i, c, o)
+    assert all(p.numel() == 0 for layer in eng.layers for p in layer.parameters())
+
+
+@pytest.mark.parametrize("dtype", ["float32", "float64"])
+def test_zo2_equals_mezo_on_the_gpu(dtype):
+    params = dict(lr=1e-2, difference="central")
+    a = run_on(make_config("mezo", dtype=dtype, params=params, **TINY), CUDA)
+    b = run_on(make_config("zo2", dtype=dtype, params=dict(params, budget=3), **TINY), CUDA)
+    assert _sha(a) == _sha(b)
+    assert "cuda" in b.env["peak_memory_source"]
+
+
+def test_cuda_memory_meter_reports_max_memory_allocated():
+    rec = run_on(make_config("fo-sgd", **TINY), CUDA)
+    assert "max_memory_allocated" in rec.env["peak_memory_source"]
+    params = sum(p.numel() * 4 for p in build_model("tiny-opt", seed=0).parameters())
+    assert rec.metrics["peak_tensor_bytes"].value >= params  # the model lives on the GPU
+    assert rec.metrics["peak_memory_bytes"].value >= params
+
+
+def test_two_stages_share_one_gpu_on_threads():
+    for algo in ("sparq", "aq-sgd", "pipeline-sgd"):
+        rec = run_on(make_config(algo, world_size=2, **TINY), CUDA)
+        assert math.isfinite(rec.metrics["final_loss"].value), algo
+        assert rec.metrics["payload_bytes_per_step"].value > 0, algo
+
+
+def test_nccl_with_one_rank_equals_threads_on_the_gpu():
+    cfg = make_config("mezo", backend="nccl", params=dict(lr=1e-2), **TINY)
+    rec = run(cfg)
+    assert _sha(rec) == _sha(run_on(make_config("mezo", params=dict(lr=1e-2), **TINY), CUDA))
