@@ -38,7 +38,7 @@ def test_zo2_schedule_on_real_streams(budget):
     eng = ZO2Engine(model, device=CUDA, budget=budget, log=ScheduleLog(), trace=True)
     p = ZO2Params(lr=1e-2)
     for t in range(2):
-        ids, labels = get_dataset("wiki-en").batch(t, batch_size=2, seq_len=8, seed=1)
+        ids, labels = get_dataset("synthetic-markov").batch(t, batch_size=2, seq_len=8, seed=1)
         seeds = step_seeds(1, t, 1)
         out = eng.losses(ids.to(CUDA), labels.to(CUDA), seeds, p)
         eng.defer(seeds, [float((out[0] - out[1]) / 2e-3)], p.lr)
