@@ -183,9 +183,10 @@ def read_claims(path: str | os.PathLike) -> ClaimsFile:
                               f"{exc.colno} ({exc.msg})") from None
         except (ValueError, RecursionError) as exc:
             raise ClaimsError(f"not a claims file: {exc}") from None
-        if not isinstance(d, dict) or d.get("schema") != CLAIMS_SCHEMA:
-            found = d.get("schema") if isinstance(d, dict) else type(d).__name__
-            raise ClaimsError(f"not a claims file (schema {found!r}, expected {CLAIMS_SCHEMA!r})")
+        if not isinstance(d, dict):
+            raise ClaimsError(f"not a claims file (a JSON {type(d).__name__}, not an object)")
+        if d.get("schema") != CLAIMS_SCHEMA:
+            raise ClaimsError(f"not a claims file (schema {d.get('schema')!r}, expected {CLAIMS_SCHEMA!r})")
         if set(d) != {"schema", "provenance", "claims"} or not isinstance(d["claims"], list):
             raise ClaimsError("a claims file holds exactly 'schema', 'provenance' and a list 'claims'")
         return ClaimsFile(d["provenance"], tuple(ClaimRow.from_dict(c) for c in d["claims"]))
