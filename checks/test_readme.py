@@ -76,6 +76,13 @@ def test_readme_walkthrough(tmp_path):
         if "compare results/runs-old results/runs-new" in cmd:
             for side in ("runs-old", "runs-new"):
                 shutil.copytree(tmp_path / "results" / "runs", tmp_path / "results" / side)
+        if "compare results/exports-old/claims.json" in cmd:  # two reproduce runs' claims, one verdict each
+            from harness.experiments.claims import Claim, claims_json
+
+            row = Claim("p.x", "P", "q", "s", "ratio > 3", "3.5", "4", "supported", value=4.0)
+            for side in ("exports-old", "exports"):
+                (tmp_path / "results" / side).mkdir(parents=True, exist_ok=True)
+                (tmp_path / "results" / side / "claims.json").write_text(claims_json([row]))
         p = subprocess.run(_argv(cmd), cwd=tmp_path, env=env, capture_output=True, text=True, timeout=900)
         assert p.returncode == 0, f"README command failed: {cmd}\n{p.stdout[-2000:]}\n{p.stderr[-2000:]}"
         ran.append(cmd.split()[1])

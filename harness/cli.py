@@ -251,8 +251,10 @@ def cmd_table(args) -> int:
 def cmd_compare(args) -> int:
     from rich.table import Table
 
-    from .reporting.compare import compare, exit_status
+    from .reporting.compare import compare, exit_status, input_kind
 
+    if input_kind(args.old, args.new) == "claims":
+        return _compare_claims(args)
     changes, notes = compare(args.old, args.new, args.machine)
     code, reason = exit_status(changes, notes, args.allow_missing)
     if code == EXIT_BAD_INPUT:
@@ -271,6 +273,35 @@ def cmd_compare(args) -> int:
     same = sum(1 for c in changes if c.deterministic and not c.regression)
     print(f"{sum(c.regression for c in changes)} deterministic change(s), {same} deterministic metric(s) "
           "unchanged; time and memory are reported, never failed on")
+    if code:
+        print(f"commbench: compare failed: {reason}", file=sys.stderr)
+    return code
+
+
+def _compare_claims(args) -> int:
+    """Two claims files: a changed outcome (by claim id) fails; values are shown beside it."""
+    from .reporting import print_table
+    from .reporting.compare import (
+        claims_changes_table,
+        claims_exit_status,
+        compare_claims,
+        read_claim_sides,
+    )
+
+    if args.machine:
+        raise UsageError("compare: --machine applies to commits, not to claims files")
+    old, new = read_claim_sides(args.old, args.new)
+    changes = compare_claims(old, new)
+    code, reason = claims_exit_status(changes, args.allow_missing)
+    if code == EXIT_BAD_INPUT:
+        raise UsageError(f"compare {args.old} {args.new}: {reason}")
+    table = claims_changes_table(changes, f"commbench compare {args.old} -> {args.new} (claims)", args.all)
+    if table.rows:
+        print_table(table)
+    kinds = [c.kind for c in changes]
+    print(f"{kinds.count('outcome changed')} changed outcome(s), {kinds.count('added')} claim(s) added, "
+          f"{kinds.count('removed')} removed, {kinds.count('same') + kinds.count('value changed')} "
+          f"unchanged ({kinds.count('value changed')} of them with another value)")
     if code:
         print(f"commbench: compare failed: {reason}", file=sys.stderr)
     return code
@@ -400,15 +431,18 @@ def make_parser() -> argparse.ArgumentParser:
     t.add_argument("--out", help="write the table here instead of stdout (default: stdout)")
     t.set_defaults(fn=cmd_table)
 
-    c = sub.add_parser("compare", help="regression report between two result sets or commits "
-                       "(non-zero exit on changed bytes, messages or equivalence hashes)",
-                       description="exit 0: all runs matched, no deterministic change; 1: a change, or "
-                                   "a run on one side only; 2: bad input or nothing compared")
-    c.add_argument("old", help="result file/directory, or a git commit with asv results")
+    c = sub.add_parser("compare", help="regression report between two result sets, commits or claims "
+                       "files (non-zero exit on changed bytes, messages, equivalence hashes or verdicts)",
+                       description="exit 0: all runs (claims) matched, no deterministic change (no changed "
+                                   "outcome); 1: a change, or a run (claim) on one side only; 2: bad input "
+                                   "or nothing compared")
+    c.add_argument("old", help="result file/directory, a git commit with asv results, or claims.json "
+                   "(or an export directory holding it)")
     c.add_argument("new", help="the same kind as OLD")
-    c.add_argument("--all", action="store_true", help="also list unchanged deterministic metrics")
+    c.add_argument("--all", action="store_true",
+                   help="also list unchanged deterministic metrics (claims: every row)")
     c.add_argument("--allow-missing", action="store_true",
-                   help="do not fail when a run is on one side only")
+                   help="do not fail when a run (a claim) is on one side only")
     c.add_argument("--machine", help="asv machine whose results to compare (commits only; default: "
                    "the one machine that measured both)")
     c.set_defaults(fn=cmd_compare)

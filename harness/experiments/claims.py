@@ -9,17 +9,21 @@ criterion (:func:`timed_claim`: a claim built with its interval refuses any othe
 
 from __future__ import annotations
 
-import json
 import re
 from dataclasses import dataclass
 
 from harness.reporting import Column, Table, format_interval
+from harness.results.claims_file import (  # noqa: F401 (CLAIMS_SCHEMA, OUTCOMES: re-exported)
+    CLAIM_ID,
+    CLAIMS_SCHEMA,
+    NOT_MEASURABLE,
+    NOT_SUPPORTED,
+    OUTCOMES,
+    SUPPORTED,
+    ClaimRow,
+    ClaimsFile,
+)
 from harness.stats import Interval, ratio_of_medians
-
-SUPPORTED, NOT_SUPPORTED, NOT_MEASURABLE = "supported", "not supported", "not measurable here"
-OUTCOMES = (SUPPORTED, NOT_SUPPORTED, NOT_MEASURABLE)
-CLAIMS_SCHEMA = "commbench.claims/1"
-_ID = re.compile(r"^[a-z0-9][a-z0-9.-]*$")
 
 
 @dataclass(frozen=True)
@@ -65,7 +69,7 @@ class Claim:
     value: float | None = None  # ours as a number (claims.json, asv); None when not numeric
 
     def __post_init__(self):
-        if not isinstance(self.id, str) or not _ID.match(self.id):
+        if not isinstance(self.id, str) or not CLAIM_ID.match(self.id):
             raise ValueError(f"claim id must be lower-case words joined by '.' or '-', got {self.id!r}")
         if self.precondition is not None and not self.precondition.held and self.outcome != NOT_MEASURABLE:
             raise ValueError(f"{self.id}: its precondition failed, so it is not measurable here, "
@@ -184,24 +188,21 @@ def claims_table(claims: list[Claim]) -> Table:
 
 def claims_json(claims: list[Claim], header: str = "") -> str:
     """``claims.json``: one object per row, keyed by its stable id, so two commits' verdicts can be
-    compared (``commbench compare OLD NEW``)."""
-    ids = [c.id for c in claims]
-    dupes = sorted({i for i in ids if ids.count(i) > 1})
-    if dupes:
-        raise ValueError(f"claim ids must be unique in a run: {', '.join(dupes)}")
-    rows = []
-    for c in claims:
-        pre = c.precondition
-        rows.append({
-            "id": c.id, "paper": c.paper, "quote": c.quote, "source": c.source,
-            "criterion": c.criterion, "outcome": c.outcome, "ours": c.ours, "value": _num(c.value),
-            "interval": None if c.interval is None else [_num(c.interval.lo), _num(c.interval.hi)],
-            "threshold": _num(c.threshold), "paper_value": c.paper_value, "how": c.how,
-            "precondition": None if pre is None else pre.condition,
-            "precondition_measured": None if pre is None else pre.measured,
-            "precondition_held": None if pre is None else pre.held})
-    return json.dumps({"schema": CLAIMS_SCHEMA, "provenance": header, "claims": rows}, indent=1,
-                      allow_nan=False) + "\n"
+    compared (``commbench compare OLD NEW``); the rows' schema and its rules are
+    :class:`harness.results.claims_file.ClaimRow`'s (unique ids among them)."""
+    return ClaimsFile(header, tuple(_row(c) for c in claims)).to_json()
+
+
+def _row(c: Claim) -> ClaimRow:
+    pre = c.precondition
+    return ClaimRow(
+        id=c.id, paper=c.paper, quote=c.quote, source=c.source, criterion=c.criterion,
+        outcome=c.outcome, ours=c.ours, value=_num(c.value),
+        interval=None if c.interval is None else (_num(c.interval.lo), _num(c.interval.hi)),
+        threshold=_num(c.threshold), paper_value=c.paper_value, how=c.how,
+        precondition=None if pre is None else pre.condition,
+        precondition_measured=None if pre is None else pre.measured,
+        precondition_held=None if pre is None else pre.held)
 
 
 def _num(x: float | None) -> float | None:

@@ -13,7 +13,10 @@ shared and noisy).
 OLD and NEW are result files or directories of them, or git commits whose
 asv results are stored under ``results/asv/<machine>/`` (then the asv
 ``track_payload_*`` / ``track_messages_*`` benchmarks are the deterministic
-ones).
+ones), or two claims files (``claims.json``, or export directories holding
+one): then rows are matched by claim id and a changed outcome is the
+regression.  Which kind an input is, is read from it (its ``schema`` key),
+not from its name.
 """
 
 from __future__ import annotations
@@ -25,6 +28,9 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from harness.results import ResultRecord, read_results
+from harness.results.claims_file import ClaimRow, ClaimsError, ClaimsFile, read_claims, schema_of
+
+from .table import Column, Table
 
 DETERMINISTIC = ("payload_bytes_per_step", "messages_per_step", "framing_bytes_per_step",
                  "tokens_per_step", "params_sha256")
@@ -222,7 +228,88 @@ def exit_status(changes: list[Change], notes: list[str], allow_missing: bool = F
     return 0, "no deterministic change"
 
 
+def input_kind(old: str, new: str) -> str:
+    """"claims", "results" or "commits", read from the inputs; a ValueError names the bad one."""
+    here = {side: Path(arg).exists() for side, arg in (("OLD", old), ("NEW", new))}
+    if here["OLD"] != here["NEW"]:  # a path beside a commit: the missing path is the bad one
+        side, arg = ("NEW", new) if here["OLD"] else ("OLD", old)
+        other = "NEW" if side == "OLD" else "OLD"
+        raise ValueError(f"{side} {arg!r}: no such file or directory ({other} is one, so {side} "
+                         "must be one too)")
+    if not here["OLD"]:
+        return "commits"
+    if any((schema_of(a) or "").startswith("commbench.claims/") for a in (old, new)):
+        return "claims"  # the other side is then read as claims too, so its error is exact
+    return "results"
+
+
 def compare(old: str, new: str, machine: str | None = None) -> tuple[list[Change], list[str]]:
-    if Path(old).exists() and Path(new).exists():
+    """Result sets or commits (claims files: :func:`compare_claim_files`)."""
+    if input_kind(old, new) == "results":
         return compare_records(read_results(old), read_results(new))
     return compare_commits(old, new, machine)
+
+
+# --------------------------------------------------------------------------- claims files
+@dataclass(frozen=True)
+class ClaimChange:
+    """One claim id on either side: an outcome that moved is the regression."""
+
+    id: str
+    old: ClaimRow | None
+    new: ClaimRow | None
+
+    @property
+    def kind(self) -> str:
+        if self.old is None or self.new is None:
+            return "added" if self.old is None else "removed"
+        if self.old.outcome != self.new.outcome:
+            return "outcome changed"
+        return "value changed" if self.old.value != self.new.value else "same"
+
+
+def read_claim_sides(old: str, new: str) -> tuple[ClaimsFile, ClaimsFile]:
+    out = []
+    for side, arg in (("OLD", old), ("NEW", new)):
+        try:
+            out.append(read_claims(arg))
+        except ClaimsError as e:
+            raise ClaimsError(f"{side} {e}") from None
+    return out[0], out[1]
+
+
+def compare_claims(old: ClaimsFile, new: ClaimsFile) -> list[ClaimChange]:
+    """Every id of either side, in OLD's order, then NEW's new ones."""
+    a, b = old.by_id(), new.by_id()
+    return [ClaimChange(i, a.get(i), b.get(i)) for i in dict.fromkeys([*a, *b])]
+
+
+def claims_exit_status(changes: list[ClaimChange], allow_missing: bool = False) -> tuple[int, str]:
+    """As :func:`exit_status`, with claim rows for runs: 1 on a changed outcome or a row on one
+    side only (unless ``allow_missing``), 2 when no id is on both sides."""
+    kinds = [c.kind for c in changes]
+    one_side = kinds.count("added") + kinds.count("removed")
+    if one_side == len(kinds):
+        return 2, (f"nothing compared: no claim id is on both sides ({one_side} on one side only)"
+                   if kinds else "nothing compared: both claims files are empty")
+    if "outcome changed" in kinds:
+        return 1, f"{kinds.count('outcome changed')} changed outcome(s)"
+    if one_side and not allow_missing:
+        return 1, f"{one_side} claim(s) on one side only (pass --allow-missing to accept)"
+    return 0, "no changed outcome"
+
+
+def claims_changes_table(changes: list[ClaimChange], title: str, show_all: bool = False) -> Table:
+    """The rows whose outcome changed or that are on one side only (``show_all``: every row)."""
+    def side(r: ClaimRow | None, key: str):
+        return None if r is None else getattr(r, key)
+
+    shown = [c for c in changes if show_all or c.kind in ("outcome changed", "added", "removed")]
+    return Table(
+        title=title,
+        columns=[Column("id", "claim id"), Column("paper", "paper"), Column("change", "change"),
+                 Column("old_outcome", "old outcome"), Column("new_outcome", "new outcome"),
+                 Column("old_value", "old value", fmt=".6g"), Column("new_value", "new value", fmt=".6g")],
+        rows=[dict(id=c.id, paper=side(c.new or c.old, "paper"), change=c.kind,
+                   old_outcome=side(c.old, "outcome"), new_outcome=side(c.new, "outcome"),
+                   old_value=side(c.old, "value"), new_value=side(c.new, "value")) for c in shown])

@@ -4,10 +4,12 @@
 * :mod:`.files`: atomic writes and validating reads of result files;
 * :mod:`.fingerprint`: ``params_sha256``, the hash that runs meant to agree must share;
 * :mod:`.environment`: ``env_info``, where and with what a run happened;
+* :mod:`.claims_file`: ``claims.json`` (``commbench.claims/1``), its row schema and ``read_claims``;
 * :mod:`.from_ranks`: ``build_record``, one record from the ranks' outputs (import it
   from there: it needs torch and the run context, which the others do not).
 """
 
+from .claims_file import CLAIMS_SCHEMA, ClaimRow, ClaimsError, ClaimsFile, read_claims
 from .environment import env_info
 from .files import atomic_write, read_result, read_results, write_result
 from .fingerprint import params_sha256, params_sha256_of_model
@@ -22,7 +24,8 @@ from .schema import (
 )
 
 __all__ = [
-    "DATA_KINDS", "REQUIRED_METRICS", "SCHEMA", "THROUGHPUT_METRICS", "Metric", "ResultError",
-    "ResultRecord", "atomic_write", "env_info", "params_sha256", "params_sha256_of_model",
-    "read_result", "read_results", "write_result",
+    "CLAIMS_SCHEMA", "DATA_KINDS", "REQUIRED_METRICS", "SCHEMA", "THROUGHPUT_METRICS", "ClaimRow",
+    "ClaimsError", "ClaimsFile", "Metric", "ResultError", "ResultRecord", "atomic_write", "env_info",
+    "params_sha256", "params_sha256_of_model", "read_claims", "read_result", "read_results",
+    "write_result",
 ]
