@@ -72,6 +72,7 @@ def check_finite_params(params) -> None:
 # rank shaped by the kernel's tc tbf, with wire bytes counted (root, gloo).
 NETS = ("none", "pacer", "netns")
 MEMORY_METERS = ("rss", "tensor", "pass")
+HEADS = ("fresh", "probe")
 _RATE = re.compile(r"^(\d+(?:\.\d+)?)(bit|kbit|mbit|gbit)$")
 
 
@@ -140,6 +141,10 @@ class RunConfig:
     # Largest point-to-point message (payload bytes) a rank sends or accepts: a
     # larger one is refused by its sender, a frame announcing one by its receiver.
     max_frame_bytes: int = DEFAULT_MAX_FRAME_BYTES
+    # A classifier preset's head: "fresh" drawn from the seed; "probe" fitted first by logistic
+    # regression on the frozen pretrained features of the task's training rows (linear probing,
+    # then training the whole model from there: MeZO's LP-then-ZO protocol, harness/heldout.py)
+    head: str = "fresh"
     params: Any = field(default_factory=NoParams)
 
     def __post_init__(self):
@@ -174,6 +179,7 @@ class RunConfig:
         need(self.memory in MEMORY_METERS,
              f"memory must be one of {', '.join(MEMORY_METERS)}, got {self.memory!r}")
         need(self.net in NETS, f"net must be one of {', '.join(NETS)}, got {self.net!r}")
+        need(self.head in HEADS, f"head must be one of {', '.join(HEADS)}, got {self.head!r}")
         if self.bandwidth is not None and self.net == "none":
             # --bandwidth alone means the path every user has: the user-space pacer
             object.__setattr__(self, "net", "pacer")

@@ -17,11 +17,16 @@ evaluation is the uncompressed forward of the model the run trained.
 
 from __future__ import annotations
 
+import functools
+import os
+
 import torch
 
-__all__ = ["HELDOUT_ROWS", "evaluate_model", "evaluate_stages", "heldout_batches"]
+__all__ = ["HELDOUT_ROWS", "PROBE_ROWS", "evaluate_model", "evaluate_stages", "heldout_batches",
+           "init_head", "probe_head"]
 
 HELDOUT_ROWS = 512  # 2 % standard error on an accuracy near 80 %
+PROBE_ROWS = 1024  # training rows the linear probe is fitted on
 TAG = "heldout"
 
 
@@ -94,3 +99,87 @@ def evaluate_stages(ctx, stage, when: str) -> None:
                 comm.send(t.detach().to("cpu").contiguous().reshape(-1).view(torch.uint8), rank + 1, tag=TAG)
     if rank == last:
         _record(ctx, when, correct, loss, sum(len(y) for _, y in batches), [y for _, y in batches])
+
+
+# --------------------------------------------------------------------------- linear probing
+
+
+def _cache_path(model: str, data: str, seq_len: int):
+    import hashlib
+    import os
+    from pathlib import Path
+
+    from .models import PRESETS
+    from .models.pretrained import SOURCES
+
+    key = f"{SOURCES[PRESETS[model].pretrained].sha256}/{data}/{seq_len}/{PROBE_ROWS}/v1"
+    root = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "commbench"
+    return root / f"probe-{model}-{hashlib.sha256(key.encode()).hexdigest()[:16]}.pt"
+
+
+@functools.lru_cache(maxsize=4)
+def probe_head(model: str, data: str, seq_len: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """:func:`fit_probe_head`, kept on disk (``~/.cache/commbench``, keyed by the checkpoint's
+    hash, the data, the sequence length and the row count): each rank process of each run would
+    otherwise repeat the same deterministic fit."""
+    path = _cache_path(model, data, seq_len)
+    if path.is_file():
+        try:
+            w, b = torch.load(path, weights_only=True)
+            return w, b
+        except Exception:  # a damaged cache entry is recomputed, never trusted
+            pass
+    w, b = fit_probe_head(model, data, seq_len)
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        tmp = path.with_suffix(f".{os.getpid()}.tmp")
+        torch.save((w, b), tmp)
+        os.replace(tmp, path)
+    except OSError:
+        pass  # a read-only home: no cache, same numbers
+    return w, b
+
+
+def fit_probe_head(model: str, data: str, seq_len: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """The classifier ``(weight [2, d], bias [2])`` of a linear probe: L2-regularised logistic
+    regression (scikit-learn, lbfgs, deterministic) on the frozen pretrained model's pooled
+    features of the first ``PROBE_ROWS`` training rows in the seed-0 order, written as the two
+    logits ``(-f/2, +f/2)`` whose softmax is the fitted probability.  A pure function of the
+    checkpoint and the data, so every rank and every method starts from the same head."""
+    from sklearn.linear_model import LogisticRegression
+
+    from .data import get_dataset
+    from .models import build_model
+
+    net = build_model(model, seed=0).eval()
+    ds = get_dataset(data)
+    ids, labels = ds.encoded("train", model, seq_len)
+    rows = ds.order("train", seed=0, epoch=0)[:PROBE_ROWS]
+    ids, labels = ids[rows], labels[rows]
+    if int(labels.max()) > 1:
+        raise ValueError("the linear probe fits a binary task")
+    feats = []
+    with torch.no_grad():
+        for i in range(0, len(ids), 64):
+            x = ids[i:i + 64]
+            out = net.bert(input_ids=x, attention_mask=x.ne(net.config.pad_token_id).long())
+            feats.append(out.pooler_output.double())
+    fit = LogisticRegression(C=1.0, max_iter=2000).fit(torch.cat(feats).numpy(), labels.numpy())
+    w = torch.tensor(fit.coef_[0], dtype=torch.float32)
+    b = float(fit.intercept_[0])
+    return torch.stack([-w / 2, w / 2]), torch.tensor([-b / 2, b / 2], dtype=torch.float32)
+
+
+def init_head(ctx, named_params) -> None:
+    """Set the classifier head to the linear probe when the run asks for it (``head=probe``);
+    ``named_params``: ``(global name, parameter)`` pairs of what this rank holds."""
+    cfg = ctx.cfg
+    if getattr(cfg, "head", "fresh") != "probe":
+        return
+    weight, bias = probe_head(cfg.model, cfg.data, cfg.seq_len)
+    with torch.no_grad():
+        for name, p in named_params:
+            if name == "classifier.weight":
+                p.copy_(weight.to(p.dtype))
+            elif name == "classifier.bias":
+                p.copy_(bias.to(p.dtype))

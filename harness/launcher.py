@@ -93,6 +93,8 @@ def _check_sources(cfg: RunConfig) -> None:
     elif preset.task == "classify":
         raise ConfigError(f"model {cfg.model!r} is a classifier; {cfg.data} has no class labels "
                           "(use a labelled task, e.g. tweets-sentiment)")
+    if cfg.head != "fresh" and preset.task != "classify":
+        raise ConfigError(f"head={cfg.head} applies to classifier presets; {cfg.model!r} is a {preset.task!r} model")
 
 
 def rank_program(cfg: RunConfig, comm, progress: ProgressFn | None = None) -> RankOutput:

@@ -27,7 +27,7 @@ import torch
 from algorithms.codecs import CodecError
 from harness.config import RunConfig
 from harness.data import get_dataset
-from harness.heldout import evaluate_stages
+from harness.heldout import evaluate_stages, init_head
 from harness.models import PRESETS, build_stage
 from harness.registry import register
 from harness.seeding import keyed_generator
@@ -179,6 +179,7 @@ def _train(ctx):
                     p=getattr(p, "p", 1.0), rule=getattr(p, "rule", "batch"), dataset_size=p.dataset_size,
                     model=cfg.model)
     ctx.tokens_per_step = cfg.batch_size * cfg.seq_len
+    init_head(ctx, [(n, t) for _, n, t in stage.global_named_parameters()])
     evaluate_stages(ctx, stage, "start")
     fresh_rows = 0
     for step in ctx.steps():

@@ -15,7 +15,7 @@ import torch
 
 from harness.config import RunConfig
 from harness.data import get_dataset
-from harness.heldout import evaluate_model
+from harness.heldout import evaluate_model, init_head
 from harness.models import lm_loss
 
 
@@ -49,6 +49,7 @@ def train_local(ctx, model: torch.nn.Module, opt: torch.optim.Optimizer, *,
     """
     cfg, M = ctx.cfg, ctx.cfg.micro_batches
     ctx.tokens_per_step = cfg.batch_size * cfg.seq_len
+    init_head(ctx, model.named_parameters())
     evaluate_model(ctx, model, "start")
     for step in ctx.steps():
         input_ids, labels = batch(cfg, step, ctx.device)

@@ -14,7 +14,7 @@ import torch
 
 from algorithms.codecs import make_codec
 from harness.config import RunConfig
-from harness.heldout import evaluate_stages
+from harness.heldout import evaluate_stages, init_head
 from harness.models import PRESETS, build_model, build_stage, max_stages
 from harness.registry import register
 
@@ -97,6 +97,7 @@ def pipeline_sgd(ctx):
     codecs = LinkCodecs(forward=wire, backward=wire)
     opt = _optimizer(stage.parameters(), p)
     ctx.tokens_per_step = cfg.batch_size * cfg.seq_len
+    init_head(ctx, [(n, t) for _, n, t in stage.global_named_parameters()])
     evaluate_stages(ctx, stage, "start")
     for step in ctx.steps():
         input_ids, labels = batch(cfg, step, ctx.device)

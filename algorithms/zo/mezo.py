@@ -16,7 +16,7 @@ import torch
 
 from harness.config import RunConfig
 from harness.data import get_dataset
-from harness.heldout import evaluate_model
+from harness.heldout import evaluate_model, init_head
 from harness.models import build_model, lm_loss
 from harness.registry import register
 
@@ -41,6 +41,7 @@ def mezo(ctx):
     model = build_model(cfg.model, seed=cfg.seed, dtype=ctx.dtype, device=ctx.device).eval()
     pert = Perturber(list(enumerate(model.parameters())), p.mode, p.track_drift)
     ctx.tokens_per_step = cfg.batch_size * cfg.seq_len
+    init_head(ctx, model.named_parameters())
     evaluate_model(ctx, model, "start")
     with torch.no_grad():
         for step in ctx.steps():

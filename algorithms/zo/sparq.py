@@ -25,7 +25,7 @@ import torch
 
 from algorithms.codecs.channel import Channel
 from harness.config import ConfigError, RunConfig
-from harness.heldout import evaluate_stages
+from harness.heldout import evaluate_stages, init_head
 from harness.models import PRESETS, build_stage, lm_loss
 from harness.registry import register
 
@@ -151,6 +151,7 @@ def sparq(ctx):
     link = Link(comm, p, torch.empty((), dtype=ctx.dtype).element_size(), classes)
     ctx.tokens_per_step = cfg.batch_size * cfg.seq_len
     nnz_total = numel_total = 0
+    init_head(ctx, [(n, t) for _, n, t in stage.global_named_parameters()])
     evaluate_stages(ctx, stage, "start")
     with torch.no_grad():
         for step in ctx.steps():

@@ -20,6 +20,7 @@ from __future__ import annotations
 import functools
 import math
 import os
+import threading
 from collections.abc import Sequence
 from typing import Any
 
@@ -174,6 +175,7 @@ def _load_pretrained(preset: ModelPreset, weights: str, dtype: torch.dtype) -> A
     return model.to(dtype=dtype)
 
 
+_HF_LOGGING = threading.Lock()
 _DROPOUT_KEYS = ("dropout", "attention_dropout", "layerdrop", "resid_pdrop", "embd_pdrop", "attn_pdrop",
                  "activation_dropout", "hidden_dropout_prob", "attention_probs_dropout_prob",
                  "classifier_dropout")
@@ -200,18 +202,19 @@ def _load_packaged(preset: ModelPreset, seed: int, dtype: torch.dtype) -> Any:
     config.use_cache = False
     if preset.task == "classify":
         config.num_labels = preset.num_labels
-    verbosity = hf_logging.get_verbosity()
-    bars = hf_logging.is_progress_bar_enabled()
-    hf_logging.set_verbosity_error()  # "some weights were newly initialised": the head, redrawn below
-    hf_logging.disable_progress_bar()
-    try:
-        model, info = _model_class(config).from_pretrained(
-            path, config=config, local_files_only=True, dtype=torch.float32,
-            attn_implementation=ATTN_IMPLEMENTATION, output_loading_info=True)
-    finally:
-        hf_logging.set_verbosity(verbosity)
-        if bars:
-            hf_logging.enable_progress_bar()
+    with _HF_LOGGING:  # threads ranks load at once: one saves and restores the global verbosity
+        verbosity = hf_logging.get_verbosity()
+        bars = hf_logging.is_progress_bar_enabled()
+        hf_logging.set_verbosity_error()  # "some weights were newly initialised": the head, redrawn below
+        hf_logging.disable_progress_bar()
+        try:
+            model, info = _model_class(config).from_pretrained(
+                path, config=config, local_files_only=True, dtype=torch.float32,
+                attn_implementation=ATTN_IMPLEMENTATION, output_loading_info=True)
+        finally:
+            hf_logging.set_verbosity(verbosity)
+            if bars:
+                hf_logging.enable_progress_bar()
     fresh = set(info["missing_keys"])
     with torch.no_grad():
         for index, (name, p) in enumerate(model.named_parameters()):

@@ -60,6 +60,8 @@ def _key(rec: ResultRecord) -> str:
     cfg.pop("timeout_s", None)
     cfg.pop("max_run_time_s", None)  # limits, not part of what a run computes
     cfg.pop("max_frame_bytes", None)  # (records before it was a run field lack it)
+    if cfg.get("head") == "fresh":
+        cfg.pop("head")  # the default (records before it was a run field lack it)
     cfg.pop("memory", None)  # which meters ran, not what ran
     return json.dumps({"algorithm": rec.algorithm, **cfg}, sort_keys=True, default=str)
 
