@@ -190,3 +190,32 @@ def test_heldout_accuracy_equals_a_hand_count():
     assert correct == 3
     hand = sum(-torch.log_softmax(logits[i], 0)[labels[i]].item() for i in range(5))
     assert loss == pytest.approx(hand, rel=1e-6)
+
+
+def test_probe_head_reproduces_the_fitted_logistic_regression(monkeypatch, tmp_path):
+    """The probe's two logits (-f/2, f/2) give sklearn's own predicted probabilities, and the fit
+    is deterministic (a cache hit returns what a fresh fit computes)."""
+    from sklearn.linear_model import LogisticRegression
+
+    from harness import heldout
+
+    monkeypatch.setattr(heldout, "PROBE_ROWS", 48)
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))
+    heldout.probe_head.cache_clear()
+    w, b = heldout.fit_probe_head(MODEL, "tweets-sentiment", 24)
+    ds, net = _tweets(), build_model(MODEL, seed=0).eval()
+    ids, labels = ds.encoded("train", MODEL, 24)
+    rows = ds.order("train", seed=0, epoch=0)[:48]
+    x = ids[rows]
+    with torch.no_grad():
+        feats = net.bert(input_ids=x, attention_mask=x.ne(0).long()).pooler_output.double()
+    ref = LogisticRegression(C=1.0, max_iter=2000).fit(feats.numpy(), labels[rows].numpy())
+    ours = torch.softmax(feats.float() @ w.T + b, dim=-1)[:, 1].double()
+    assert torch.allclose(ours, torch.tensor(ref.predict_proba(feats.numpy())[:, 1]), atol=1e-5)
+    cached = heldout.probe_head(MODEL, "tweets-sentiment", 24)  # computes and stores
+    heldout.probe_head.cache_clear()
+    again = heldout.probe_head(MODEL, "tweets-sentiment", 24)  # reads the stored file
+    assert heldout._cache_path(MODEL, "tweets-sentiment", 24).is_file()
+    for a, c, d in zip((w, b), cached, again, strict=True):
+        assert torch.equal(a, c) and torch.equal(c, d)
+    heldout.probe_head.cache_clear()
