@@ -427,12 +427,13 @@ def table1_left(prob, cfg: dict, curves: list[Curve] | None = None,
 def setting_line(cfg: dict, reason: str = "", threshold_key: str = "threshold") -> str:
     """What differs from the paper's §6.2 setting, in one line."""
     thr = cfg[threshold_key]
-    why = f" ({reason})" if reason and thr != PAPER_THRESHOLD and threshold_key == "threshold" else ""
+    why = f" ({reason.split(': ', 1)[-1]})" if reason and thr != PAPER_THRESHOLD and threshold_key == "threshold" else ""
+    grid = (f"the paper's {_listed(cfg['lr_grid'])}" if threshold_key == "threshold"
+            else f"one lr {cfg['lr']:g} for every mu (not tuned)")
     return (f"setting vs the paper (§6.2): model 64-100-10 ReLU MLP, d = 7510 (paper 784-100-10, d = 79,510); data "
             f"sklearn digits, 1797 samples (paper MNIST, 10k); epoch m = {cfg['m']} updates (paper 500, one pass "
             f"each); {cfg['workers']} workers, delay <= {cfg['tau']} (paper: not stated); at most "
-            f"{cfg['max_epochs'] if threshold_key == 'threshold' else cfg['mu_max_epochs']} epochs per run; lr grid: "
-            f"the paper's {{{', '.join(f'{lr:g}' for lr in cfg['lr_grid'])}}}; threshold P(x) < {thr} (paper "
+            f"{cfg['max_epochs'] if threshold_key == 'threshold' else cfg['mu_max_epochs']} epochs per run; lr: {grid}; threshold P(x) < {thr} (paper "
             f"{PAPER_THRESHOLD if threshold_key == 'threshold' else 0.5}){why}; same batch {cfg['batch']}, "
             f"b_x = {cfg['bx']}, b = {cfg['b']}, L2 = {cfg['l2']:g}, L1 = {cfg['l1']:g}")
 
