@@ -9,8 +9,10 @@ length (said in every title and claim).  The four modes run back to back,
 
 Three tables:
 
-* speed-ups over ZO2 with their spread (median over repeats of the per-repeat
-  ratio of median step times, and a bootstrap 95 % interval resampling the
+* speed-ups over ZO2 with their spread, in CPU time (ZO2's CPU seconds per
+  step over the busiest rank's: the work, which a loaded machine does not
+  inflate; the claims' measure) and in wall time (median over repeats of the
+  per-repeat ratio of medians, and a bootstrap 95 % interval resampling the
   steps), the paper's OPT-175B ratio beside them, and the speed-up this
   machine can reach given ZO2's measured phases (Amdahl, :func:`achievable`);
 * the per-rank phase breakdown (wall and CPU seconds per step; the engine's
