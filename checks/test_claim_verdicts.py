@@ -117,7 +117,7 @@ def test_dq_claims_record_the_verdicts():
     try:
         dq._claims({"paper": paper, "extended": extended}, cfg)
         got = {c.id: c for c in _CLAIMS}
-        for words, alg, base in dq.PAIRS:
+        for _words, alg, base in dq.PAIRS:
             v = dq.pair_verdict(paper[alg], paper[base], (alg, base))
             assert got[f"double-quant.{alg}-vs-{base}"].outcome == v.outcome
         assert got["double-quant.asylpg-vs-asyfpg"].outcome == SUPPORTED
