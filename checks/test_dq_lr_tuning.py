@@ -16,7 +16,7 @@ from hypothesis import strategies as st
 from algorithms.dataparallel import ps
 from algorithms.dataparallel.problems import make_problem
 from harness.experiments import double_quant as dq
-from harness.experiments.claims import _CLAIMS, NOT_SUPPORTED
+from harness.experiments.claims import _CLAIMS, NOT_MEASURABLE, NOT_SUPPORTED
 from harness.stats import median_iqr
 
 
@@ -97,25 +97,28 @@ def fake_master(crossing: int | None, diverge: bool, epochs: int, thr: float, st
         if loss < thr or (stop_above is not None and not loss <= stop_above):
             break
     stats = SimpleNamespace(trace=trace, bits_inner=trace[-1][1], bits_epoch=trace[-1][2] - trace[-1][1],
-                            violations=0, checks=0, max_delay=0)
+                            violations=0, checks=0, max_delay=0, nnz=0)
     return SimpleNamespace(stats=stats, updates=trace[-1][0], losses=[t[3] for t in trace], s=len(trace) - 1)
 
 
 # per algorithm: lr -> epochs to the crossing (None: never; "div": diverges)
 PLAN = {
     "asyfpg": {0.05: None, 0.1: 7, 0.2: 5, 0.4: 6, 0.8: "div"},
-    "acc-asyfpg": {0.05: 3, 0.1: 4, 0.2: 4, 0.4: None, 0.8: None},  # chosen at the grid's small edge
-    "qsvrg": {0.05: None, 0.1: None, 0.2: 6, 0.4: 4, 0.8: "div"},
+    "acc-asyfpg": {0.05: 3, 0.1: 4, 0.2: 4, 0.4: None, 0.8: None},  # chosen below the paper grid's top
+    "qsvrg": {0.05: None, 0.1: None, 0.2: 6, 0.4: 4, 0.8: "div"},  # reaches only on the extended lrs
     "asylpg": {0.05: None, 0.1: None, 0.2: None, 0.4: None, 0.8: 2},
     "sparse-asylpg": {0.05: None, 0.1: None, 0.2: None, 0.4: "div", 0.8: "div"},  # never, at any lr
     "acc-asylpg": {0.05: None, 0.1: 2, 0.2: 2, 0.4: 3, 0.8: "div"},  # tie at 2 epochs: 0.1 (same bits, smaller lr)
     "qsgd": {0.05: 9, 0.1: 8, 0.2: 8, 0.4: 8, 0.8: 8},
 }
-CHOSEN = {"asyfpg": 0.2, "acc-asyfpg": 0.05, "qsvrg": 0.4, "asylpg": 0.8, "acc-asylpg": 0.1, "qsgd": 0.1}
+# (paper-grid choice, choice with the extended lrs)
+CHOSEN = {"asyfpg": (0.1, 0.2), "acc-asyfpg": (0.05, 0.05), "qsvrg": (0.05, 0.4), "asylpg": (0.05, 0.05),
+          "sparse-asylpg": (0.05, 0.05), "acc-asylpg": (0.1, 0.1), "qsgd": (0.1, 0.1)}
 
 
 def test_table_rows_carry_the_chosen_lr_and_claims_count_never_as_not_supported(monkeypatch):
-    cfg = dq.settings("tiny")
+    cfg = {**dq.settings("tiny"), "lr_grid": (0.1, 0.05), "extended_grid": (0.2, 0.4, 0.8), "threshold": 0.2,
+           "max_epochs": 10}
     calls = []
 
     def run_one(prob, cfg_, variant, **over):
@@ -126,30 +129,33 @@ def test_table_rows_carry_the_chosen_lr_and_claims_count_never_as_not_supported(
                            over.get("stop_above")), cfg_["threshold"], median_iqr([0.1])
 
     monkeypatch.setattr(dq, "run_one", run_one)
-    prob = SimpleNamespace(init=lambda seed, dtype: None, objective=lambda x: 2.5)
-    table = dq.table1_left(prob, cfg)
+    prob = SimpleNamespace(init=lambda seed, dtype: None, objective=lambda x: 2.5, d=7510)
+    reaches: dict = {}
+    table = dq.table1_left(prob, cfg, reaches=reaches)
     rows = {r["algorithm"]: r for r in table.row_dicts()}
-    for name, lr in CHOSEN.items():
-        assert rows[name]["lr"] == lr, name
-        assert rows[name]["reached"] == "yes" and rows[name]["updates"] == PLAN[name][lr] * M
-    assert rows["sparse-asylpg"]["reached"] == "no"
-    assert rows["acc-asyfpg"]["edge"] == "yes" and rows["asyfpg"]["edge"] == ""
-    # 0.4 would reach at 540 but is cut at 450, where it can no longer win
-    assert rows["asyfpg"]["grid"] == "0.05: >450; 0.1: >450; 0.2: 450; 0.4: >450; 0.8: diverged"
-    assert rows["asylpg"]["grid"].endswith("0.8: 180")
+    for name, (lr, ext) in CHOSEN.items():
+        assert rows[name]["lr"] == lr and rows[name]["ext_lr"] == ext, name
+        assert (rows[name]["reached"] == "yes") == isinstance(PLAN[name][lr], int), name
+    assert rows["acc-asyfpg"]["edge"] == "" and rows["asyfpg"]["edge"] == "yes"
+    # the paper grid walks down from 0.1 and stops at the first lr that is not the choice; the
+    # extended lrs walk up, cut at the best crossing so far (0.4 would reach at 540, cut at 450)
+    assert rows["asyfpg"]["grid"] == "0.8: not run; 0.4: >450; 0.2: 450; 0.1: 630; 0.05: >630"
+    assert [e for v, lr, e in calls if v == "asyfpg"] == [10, 7, 7, 5]
+    assert rows["acc-asylpg"]["grid"].startswith("0.8: not run; 0.4: not run; 0.2: 180; 0.1: 180")
+    # qsvrg reaches only beyond the paper's grid: the extended choice is kept apart
+    assert reaches["paper"]["qsvrg"].updates is None and reaches["extended"]["qsvrg"].updates == 4 * M
     # the caption states the grid, the rule and the threshold with its value
-    assert "lr grid {0.05, 0.1, 0.2, 0.4, 0.8}" in table.caption and "fewest master updates" in table.caption
+    assert "Paper lr grid {0.1, 0.05}" in table.caption and "fewest master updates" in table.caption
     assert f"threshold P(x) < {cfg['threshold']}" in table.caption
-    # the cut: after asyfpg's 0.2 reached at epoch 5, its later runs got at most 5 epochs
-    assert [e for v, lr, e in calls if v == "asyfpg"] == [10, 5, 5, 5, 5]
-    # claims: sparse-asylpg reaches at no lr of the grid -> not supported, never undecided
+    # claims: sparse-asylpg reaches at no lr; asylpg neither: the pair is not measurable, not refuted
     _CLAIMS.clear()
     try:
-        dq._claims(table, cfg)
-        sparse = [c for c in _CLAIMS if c.quote.startswith("Sparse-AsyLPG")]
-        assert len(sparse) == 1 and sparse[0].outcome == NOT_SUPPORTED
-        assert "at any lr of the grid" in sparse[0].ours
-        assert all("lr per algorithm from the grid" in c.how for c in _CLAIMS)
+        dq._claims(reaches, cfg)
+        got = {c.id: c for c in _CLAIMS}
+        assert got["double-quant.sparse-asylpg-vs-asylpg"].outcome == NOT_MEASURABLE
+        # asylpg never reaches, asyfpg does: not supported
+        assert got["double-quant.asylpg-vs-asyfpg"].outcome == NOT_SUPPORTED
+        assert all("lr per algorithm from the paper's grid" in c.how for c in _CLAIMS)
     finally:
         _CLAIMS.clear()
 
@@ -162,7 +168,7 @@ def prob():
 
 def small(seed: int) -> dict:
     return {**dq.settings("tiny"), "m": 30, "max_epochs": 3, "threshold": 1.2, "seed": seed,
-            "lr_grid": (0.05, 0.2, 0.8, 3.2)}
+            "lr_grid": (0.05, 0.2, 0.8, 3.2), "extended_grid": ()}
 
 
 @given(seed=st.integers(0, 2**31 - 1))
@@ -172,10 +178,11 @@ def test_the_cuts_do_not_change_the_choice(prob, seed):
     p0 = prob.objective(prob.init(seed, torch.float32))
     cut = dq.tune(prob, cfg, "asylpg", p0)
     full = dq.tune(prob, cfg, "asylpg", p0, cut=False)
-    assert (cut[0].lr, cut[0].updates, cut[0].bits_total) == (full[0].lr, full[0].updates, full[0].bits_total)
+    a, b = cut.chosen()[0], full.chosen()[0]
+    assert (a.lr, a.updates, a.bits_total) == (b.lr, b.updates, b.bits_total)
     # the cut ran: no run went further than in full, and together they ran fewer updates
-    assert all(c.run_updates <= f.run_updates for c, f in zip(cut[3], full[3], strict=True))
-    assert sum(c.run_updates for c in cut[3]) < sum(f.run_updates for f in full[3])
+    assert all(cut.runs[lr][0].run_updates <= full.runs[lr][0].run_updates for lr in cut.runs)
+    assert sum(r[0].run_updates for r in cut.runs.values()) < sum(r[0].run_updates for r in full.runs.values())
 
 
 def test_table_bits_count_every_epochs_full_precision_snapshot_and_gradient(prob):

@@ -86,7 +86,7 @@ def main_job_tables(tmp_path_factory):
             if hasattr(mod, "run_and_save"):
                 mp.setattr(mod, "run_and_save", lambda cfg, path=None, quiet=True: _Record(cfg))
             if name == "double-quant":
-                small = mod.settings("tiny") | dict(max_epochs=1, mu_max_epochs=1)
+                small = mod.settings("tiny") | dict(max_epochs=1, mu_max_epochs=1, reach_epochs=1)
                 mp.setattr(mod, "settings", lambda scale, small=small: small)
             built = registry.get_experiment(name).run("tiny", out, True)
             assert built, f"{name} built no table"

@@ -47,6 +47,31 @@ class Precondition:
         return f"{self.condition} (measured {self.measured}: {'held' if self.held else 'failed'})"
 
 
+def outcome_of(holds: bool | None, precondition: Precondition | None = None) -> str:
+    """The outcome a verdict records: a failed precondition is "not measurable here" whatever
+    ``holds`` says; else supported / not supported / (``None``) not measurable here."""
+    if precondition is not None and not precondition.held:
+        return NOT_MEASURABLE
+    return {True: SUPPORTED, False: NOT_SUPPORTED, None: NOT_MEASURABLE}[holds]
+
+
+@dataclass(frozen=True)
+class Verdict:
+    """A claim's verdict as a pure function of its measurements gives it, before it is recorded
+    (:func:`claim`): whether ours meets the criterion (``None``: undecided), the text of ours,
+    how it was decided, the precondition and ours as a number."""
+
+    holds: bool | None
+    ours: str
+    how: str = ""
+    precondition: Precondition | None = None
+    value: float | None = None
+
+    @property
+    def outcome(self) -> str:
+        return outcome_of(self.holds, self.precondition)
+
+
 @dataclass(frozen=True)
 class Claim:
     """One headline claim: the paper's sentence, where it is stated, the criterion applied, the
