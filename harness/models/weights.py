@@ -17,6 +17,7 @@ the float32 one.  Scheme:
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import math
 import os
@@ -151,19 +152,13 @@ def _load_pretrained(preset: ModelPreset, weights: str, dtype: torch.dtype) -> A
         if hasattr(config, key):
             setattr(config, key, 0.0)
     config.use_cache = False
-    from transformers.utils import logging as hf_logging
-
-    bars = hf_logging.is_progress_bar_enabled()
-    hf_logging.disable_progress_bar()
     try:
-        model = AutoModelForCausalLM.from_pretrained(
-            path, config=config, local_files_only=True, dtype=torch.float32,
-            attn_implementation=ATTN_IMPLEMENTATION)
+        with _quiet_loading(errors_only=False):
+            model = AutoModelForCausalLM.from_pretrained(
+                path, config=config, local_files_only=True, dtype=torch.float32,
+                attn_implementation=ATTN_IMPLEMENTATION)
     except OSError as exc:
         raise FileNotFoundError(f"cannot load weights from {path!r}: {exc}") from None
-    finally:
-        if bars:
-            hf_logging.enable_progress_bar()
     # Untie a tied LM head (pretrained OPT/GPT-2 tie it): the first and last pipeline
     # stages must not share a parameter.  The copy starts equal to the embedding.
     head, emb = model.get_output_embeddings(), model.get_input_embeddings()
@@ -176,6 +171,25 @@ def _load_pretrained(preset: ModelPreset, weights: str, dtype: torch.dtype) -> A
 
 
 _HF_LOGGING = threading.Lock()
+
+
+@contextlib.contextmanager
+def _quiet_loading(errors_only: bool):
+    """No progress bars (and, with ``errors_only``, no warnings) from ``transformers`` while a
+    checkpoint loads; threads ranks load at once, so one holds the global switches at a time."""
+    from transformers.utils import logging as hf_logging
+
+    with _HF_LOGGING:
+        verbosity, bars = hf_logging.get_verbosity(), hf_logging.is_progress_bar_enabled()
+        if errors_only:
+            hf_logging.set_verbosity_error()
+        hf_logging.disable_progress_bar()
+        try:
+            yield
+        finally:
+            hf_logging.set_verbosity(verbosity)
+            if bars:
+                hf_logging.enable_progress_bar()
 _DROPOUT_KEYS = ("dropout", "attention_dropout", "layerdrop", "resid_pdrop", "embd_pdrop", "attn_pdrop",
                  "activation_dropout", "hidden_dropout_prob", "attention_probs_dropout_prob",
                  "classifier_dropout")
@@ -186,7 +200,6 @@ def _load_packaged(preset: ModelPreset, seed: int, dtype: torch.dtype) -> Any:
     checkpoint lacks (a fresh classifier head) are drawn like synthetic ones, as a pure function
     of ``(seed, global index)``, not from the global RNG ``transformers`` would use."""
     from transformers import AutoConfig
-    from transformers.utils import logging as hf_logging
 
     from .pretrained import checkpoint_dir
 
@@ -202,19 +215,11 @@ def _load_packaged(preset: ModelPreset, seed: int, dtype: torch.dtype) -> Any:
     config.use_cache = False
     if preset.task == "classify":
         config.num_labels = preset.num_labels
-    with _HF_LOGGING:  # threads ranks load at once: one saves and restores the global verbosity
-        verbosity = hf_logging.get_verbosity()
-        bars = hf_logging.is_progress_bar_enabled()
-        hf_logging.set_verbosity_error()  # "some weights were newly initialised": the head, redrawn below
-        hf_logging.disable_progress_bar()
-        try:
-            model, info = _model_class(config).from_pretrained(
-                path, config=config, local_files_only=True, dtype=torch.float32,
-                attn_implementation=ATTN_IMPLEMENTATION, output_loading_info=True)
-        finally:
-            hf_logging.set_verbosity(verbosity)
-            if bars:
-                hf_logging.enable_progress_bar()
+    # "some weights were newly initialised": the head, redrawn below
+    with _quiet_loading(errors_only=True):
+        model, info = _model_class(config).from_pretrained(
+            path, config=config, local_files_only=True, dtype=torch.float32,
+            attn_implementation=ATTN_IMPLEMENTATION, output_loading_info=True)
     fresh = set(info["missing_keys"])
     with torch.no_grad():
         for index, (name, p) in enumerate(model.named_parameters()):
