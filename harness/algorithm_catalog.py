@@ -1091,4 +1091,10 @@ EXPERIMENTS = [{'name': 'double-quant',
   'summary': 'SparQ Table 2 at the OPT-125M shape (M = 2, P = 5, batch 32, 4-bit, 1 step): FO '
              'pipeline vs AQ-SGD vs MeZO vs SparQ peak tensor bytes (sum and max over nodes) and '
              "payload bytes, beside the paper's OPT-125M rows; the memory verdict at this shape",
+  'paper': False},
+ {'name': 'sparq-activations',
+  'summary': "SparQ Fig. 2 on real weights: non-zero ratio of each layer's FFN activation after "
+             '1/2/4/8-bit quantisation per tensor / token / channel and clipped scales (MiniLM '
+             'pretrained and random-init, Gemma-3-270M when installed), and the bytes per bit '
+             "beside Table 1's",
   'paper': False}]
