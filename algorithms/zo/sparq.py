@@ -104,8 +104,8 @@ def choose_split(cfg: RunConfig) -> tuple[tuple[int, ...], dict[int, float]]:
     if p.blocks():
         return p.blocks(), {}
     return select_split(cfg.model, cfg.world_size, window=p.split_window, bits=p.bits, signed=p.signed,
-                        granularity=p.granularity, seed=cfg.seed, data=cfg.data, batch_size=cfg.batch_size, seq_len=cfg.seq_len,
-                        calib=p.calib_batches, dtype=cfg.torch_dtype)
+                        granularity=p.granularity, seed=cfg.seed, data=cfg.data, batch_size=cfg.batch_size,
+                        seq_len=cfg.seq_len, calib=p.calib_batches, dtype=cfg.torch_dtype)
 
 
 class Link:

@@ -36,8 +36,8 @@ def candidates(num_blocks: int, num_stages: int, window: int) -> list[list[int]]
 
 @torch.no_grad()
 def measure_nnz(model_name: str, blocks: list[int], *, bits: int | None, signed: str | bool = "auto",
-                granularity: str = GRANULARITY, seed: int = 0, data: str = "synthetic-markov", batch_size: int = 8, seq_len: int = 32,
-                calib: int = 2, dtype: torch.dtype = torch.float32) -> dict[int, float]:
+                granularity: str = GRANULARITY, seed: int = 0, data: str = "synthetic-markov",
+                batch_size: int = 8, seq_len: int = 32, calib: int = 2, dtype: torch.dtype = torch.float32) -> dict[int, float]:
     """Mean non-zero ratio of block j's (quantised) FFN activation, for each j in ``blocks``."""
     model = build_model(model_name, seed=seed, dtype=dtype).eval()
     ds = get_dataset(data)
@@ -72,7 +72,8 @@ def _select(model_name, num_stages, window, bits, signed, granularity, seed, dat
 
 
 def select_split(model_name: str, num_stages: int, *, window: int = 1, bits: int | None = 4,
-                 signed: str | bool = "auto", granularity: str = GRANULARITY, seed: int = 0, data: str = "synthetic-markov", batch_size: int = 8,
+                 signed: str | bool = "auto", granularity: str = GRANULARITY, seed: int = 0,
+                 data: str = "synthetic-markov", batch_size: int = 8,
                  seq_len: int = 32, calib: int = 2,
                  dtype: torch.dtype = torch.float32) -> tuple[tuple[int, ...], dict[int, float]]:
     """``(cuts, {candidate block: measured non-zero ratio})`` for ``num_stages`` stages."""

@@ -30,17 +30,19 @@ import torch
 from algorithms.codecs import Codec, fixpoint_quantize, header_nbytes, make_codec, resolve_signed
 from algorithms.codecs._core import FAMILY_DENSE, FAMILY_IDS, FAMILY_QCHANNEL
 from algorithms.codecs.ids import id_nbytes
-from algorithms.codecs.quant import GRANULARITIES
+from algorithms.codecs.quant import GRANULARITIES as QUANT_GRANULARITIES
 
 FORMATS = ("auto", "dense", "bitmap", "coo")
-# What one activation scale covers.  SparQ does not say (seed-sparq §7 A1); the default
-# is the one that reproduces its Fig. 2 on real weights: measured on all-MiniLM-L6-v2's
-# GELU outputs (32 real tweets; `commbench reproduce sparq-activations`), 4-bit codes
-# are 0.4-7 % non-zero per layer with one scale per tensor -- §2.4's "nearly all GELU
-# under 5 %" -- against 12-52 % per token and 55-72 % per channel (AQ-SGD's).  Clipped
-# scales (a percentile or k·rms of |x|) only add non-zeros at 4 bits.  No candidate also
-# reproduces Table 1's bytes growing in proportion to the bits (that experiment's table).
+# What one activation scale covers.  SparQ does not say (seed-sparq §7 A1); the default is
+# the granularity that reproduces its Fig. 2 / §2.4 on real weights ("nearly all GELU-based
+# activations fall under 5%" at 4 bits, SwiGLU "below 20%"): one absmax scale per tensor.
+# `commbench reproduce sparq-activations` measures every candidate on all-MiniLM-L6-v2 (GELU)
+# and Gemma-3-270M (GeGLU): per tensor keeps most layers' 4-bit codes under those limits,
+# per token and per channel (AQ-SGD's) do not, and clipped scales (a percentile or k rms
+# of |x|) only add non-zeros.  No candidate also has Table 1's bytes growing in proportion
+# to the bits; that experiment's bytes-per-bit table shows why.
 GRANULARITY = "tensor"
+GRANULARITIES = QUANT_GRANULARITIES  # what SparQParams.granularity accepts: the codec's
 # The activation quantiser's grid.  auto (the default): per message, unsigned levels
 # when the activation has no negative entry, signed otherwise.  A split sits right
 # after the FFN activation (SparQ §4), so with ReLU (OPT) every message is
