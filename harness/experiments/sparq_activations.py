@@ -254,8 +254,9 @@ def _bytes_table(rows: list[dict], families: list[str]) -> Table:
                 f"{paper_note}. Same activation's row: GPT2 for GELU, Llama-1B (SwiGLU) for GeGLU. A "
                 "deviation of 0 would reproduce the paper's bytes per bit; Fig. 2's limit: 5 % (GELU), "
                 "20 % (SwiGLU-like GeGLU)",
-        notes=[f"default: one scale per {wire.GRANULARITY} (algorithms.zo.wire.GRANULARITY), the "
-               "candidate that keeps real GELU codes under Fig. 2's 5 %; no candidate also has the paper's "
+        notes=[f"default: one absmax scale per {wire.GRANULARITY} (algorithms.zo.wire.GRANULARITY), the "
+               "parameter-free candidate with the most layers within Fig. 2's limits (k rms clips need a k "
+               "fitted to the data); no candidate also has the paper's "
                "bytes per bit: its communication grows nearly in proportion to the bits, which needs a "
                "non-zero count that hardly changes with the bits, while every absmax or clipped scale here "
                "zeroes almost everything at 1-2 bits or sends most codes at 8 bits",
