@@ -980,11 +980,12 @@ def expected_nbytes(codec: Codec, x: torch.Tensor) -> int:
         )
         return h0(nd, 7) + min(sparse_costs(n, k, 8 * x.element_size(), index_bits(n)).values())
     assert codec.name == "qchannel", spec
-    tensor = "granularity=tensor" in spec
+    gran = next((g for g in ("tensor", "token") if f"granularity={g}" in spec), "channel")
     # signed=auto: the signed grid iff some entry is negative (written here, not the codec's resolver)
     signed = codec.signed if codec.signed is not None else bool((x < 0).any())
-    fc = fixpoint_quantize(x, codec.bits, signed, tensor, fast=False)
-    H = 1 if tensor or nd <= 1 else x.shape[-1]
+    fc = fixpoint_quantize(x, codec.bits, signed, gran, fast=False)
+    # one scale in all, one per channel (last dimension), or one per row (token)
+    H = 1 if gran == "tensor" or nd <= 1 else x.shape[-1] if gran == "channel" else math.prod(x.shape[:-1])
     return h0(nd, 7) + 2 * H + min(sparse_costs(n, fc.nnz, codec.bits, index_bits(n)).values())
 
 
@@ -1229,7 +1230,7 @@ def test_unsigned_grid_clamps_a_negative_entry_to_code_zero(bits):
     # The unsigned grid is [0, 2^b - 1]; an entry below 0 (a caller who forced
     # signed=False) takes code 0, it does not wrap around the code width.
     x = torch.tensor([[-0.5, 0.25, 1.0], [-2.0, 0.0, 0.5]])
-    fc = fixpoint_quantize(x, bits, signed=False, tensor_granularity=True)
+    fc = fixpoint_quantize(x, bits, signed=False, granularity="tensor")
     codes = fc.codes.long().reshape(2, 3)
     assert codes[0, 0] == 0 and codes[1, 0] == 0
     assert int(codes.min()) == 0 and int(codes.max()) <= 2**bits - 1

@@ -95,23 +95,25 @@ def test_quantised_run_is_cheaper_and_reports_its_sparsity():
 
 
 # --------------------------------------------------------------------------- the activation's grid
+@pytest.mark.parametrize("granularity", wire.GRANULARITIES)
 @pytest.mark.parametrize("bits", [1, 2, 4, 8])
 @given(seed=st.integers(0, 2**31 - 1), shift=st.floats(-2, 2))
-def test_relu_activation_sends_real_data_at_every_bit_width(bits, seed, shift):
+def test_relu_activation_sends_real_data_at_every_bit_width(bits, granularity, seed, shift):
     g = torch.Generator().manual_seed(seed)
     x = torch.relu(torch.randn(3, 5, 16, generator=g) + shift)
     x[0, 0, :] = 1.0 + torch.rand(16, generator=g)  # every channel has a positive maximum
-    codec = wire.act_codec(bits)  # default grid: auto
+    codec = wire.act_codec(bits, granularity=granularity)  # default grid: auto
     payload = codec.encode(x)
     xh = codec.decode(payload)
-    assert wire.act_nnz(x, bits) == int(torch.count_nonzero(xh)) > 0  # real values cross
-    assert payload.nbytes == wire.act_nbytes(tuple(x.shape), wire.act_nnz(x, bits), bits, 4)
-    # written here from the unsigned grid: x̂ ∈ {q s / L}, L = 2^b - 1, s = the channel's max,
+    k = wire.act_nnz(x, bits, granularity=granularity)
+    assert k == int(torch.count_nonzero(xh)) > 0  # real values cross
+    assert payload.nbytes == wire.act_nbytes(tuple(x.shape), k, bits, 4, granularity=granularity)
+    # written here from the unsigned grid: x̂ ∈ {q s / L}, L = 2^b - 1, s = the group's max,
     # so |x - x̂| <= s / 2L (+ the fp16 rounding of s); the signed grid at 1 bit would leave |x|
-    s = x.reshape(-1, 16).amax(0)
+    s = {"channel": x.amax(dim=(0, 1)), "tensor": x.amax(), "token": x.amax(dim=-1, keepdim=True)}[granularity]
     L = 2**bits - 1
     bound = s * (0.5 / L + 2.0**-10) + 1e-5
-    assert bool(((x - xh).abs().reshape(-1, 16) <= bound).all())
+    assert bool(((x - xh).abs() <= bound).all())
     assert bool((xh >= 0).all())
 
 
@@ -126,23 +128,31 @@ def test_an_activation_with_negative_entries_keeps_the_signed_grid_bit_for_bit(s
 
 
 # --------------------------------------------------------------------------- quantiser and encoding
+# where each granularity's group reaches -s (so its fp16 absmax scale is s), and the scales' shape
+_GROUP = {"channel": ((0, 0, slice(None)), (6,)), "tensor": ((0, 0, 0), ()),
+          "token": ((Ellipsis, 0), (3, 5, 1))}
+
+
 @given(bits=st.sampled_from([1, 2, 4, 8]), seed=st.integers(0, 2**31 - 1),
-       scale_exp=st.integers(-4, 8), density=st.floats(0, 1), fmt=st.sampled_from(wire.FORMATS))
-def test_quantiser_round_trips_exactly_on_its_lossless_domain(bits, seed, scale_exp, density, fmt):
+       scale_exp=st.integers(-4, 8), density=st.floats(0, 1), fmt=st.sampled_from(wire.FORMATS),
+       granularity=st.sampled_from(wire.GRANULARITIES))
+def test_quantiser_round_trips_exactly_on_its_lossless_domain(bits, seed, scale_exp, density, fmt, granularity):
     g = torch.Generator().manual_seed(seed)
     lo, hi = -(2 ** (bits - 1)), 2 ** (bits - 1) - 1
     q = torch.randint(lo, hi + 1, (3, 5, 6), generator=g)
     q = torch.where(torch.rand(q.shape, generator=g) < density, q, 0)
-    q[0, 0, :] = lo  # every channel reaches -s, so its fp16 absmax scale is s
-    s = 2.0**scale_exp * (1 + torch.randint(0, 1024, (6,), generator=g) / 1024)  # fp16-exact scales
+    at, scale_shape = _GROUP[granularity]
+    q[at] = lo  # every group reaches -s
+    s = 2.0**scale_exp * (1 + torch.randint(0, 1024, scale_shape, generator=g) / 1024)  # fp16-exact scales
     x = (q * 2.0 ** (1 - bits) * s).float()
-    codec = wire.act_codec(bits, True, fmt)
+    codec = wire.act_codec(bits, True, fmt, granularity)
     assert codec.is_lossless_on(x)
     payload = codec.encode(x)
     assert torch.equal(codec.decode(payload), x)
-    k = wire.act_nnz(x, bits)
+    k = wire.act_nnz(x, bits, granularity=granularity)
     assert k == int(torch.count_nonzero(q))
-    assert payload.nbytes == wire.act_nbytes(tuple(x.shape), k, bits, 4, fmt) == codec.encoded_nbytes(x)
+    assert (payload.nbytes == wire.act_nbytes(tuple(x.shape), k, bits, 4, fmt, granularity)
+            == codec.encoded_nbytes(x))
 
 
 @given(seed=st.integers(0, 2**31 - 1), density=st.floats(0, 1), fmt=st.sampled_from(wire.FORMATS),

@@ -845,7 +845,7 @@ CATALOG = {'acc-asyfpg': {'family': 'dataparallel',
            'max_world': None,
            'default_world': 2,
            'models': None,
-           'cites': ['§2.7'],
+           'cites': ['§2.7', '§2.4'],
            'params': [{'name': 'lr', 'type': 'float', 'default': 0.001, 'doc': 'learning rate'},
                       {'name': 'mu',
                        'type': 'float',
@@ -872,6 +872,7 @@ CATALOG = {'acc-asyfpg': {'family': 'dataparallel',
                        'default': 4,
                        'doc': 'activation quantiser bits (1..8); None: lossless (identity)'},
                       {'name': 'signed', 'type': 'str', 'default': 'auto', 'doc': ''},
+                      {'name': 'granularity', 'type': 'str', 'default': 'tensor', 'doc': ''},
                       {'name': 'format',
                        'type': 'str',
                        'default': 'auto',
@@ -1133,4 +1134,10 @@ EXPERIMENTS = [{'name': 'double-quant',
   'summary': 'SparQ Table 2 at the OPT-125M shape (M = 2, P = 5, batch 32, 4-bit, 1 step): FO '
              'pipeline vs AQ-SGD vs MeZO vs SparQ peak tensor bytes (sum and max over nodes) and '
              "payload bytes, beside the paper's OPT-125M rows; the memory verdict at this shape",
+  'paper': False},
+ {'name': 'sparq-activations',
+  'summary': "SparQ Fig. 2 on real weights: non-zero ratio of each layer's FFN activation after "
+             '1/2/4/8-bit quantisation per tensor / token / channel and clipped scales (MiniLM '
+             'pretrained and random-init, Gemma-3-270M when installed), and the bytes per bit '
+             "beside Table 1's",
   'paper': False}]

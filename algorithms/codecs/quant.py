@@ -28,10 +28,13 @@ For ``b`` in {2, 4} the encoder runs the same arithmetic block by block in a
 thread pool (``_fast.qstoch_pack_fast``), bit-identical to the whole-tensor
 reference path (``QStochCodec._encode(..., fast=False)``).
 
-qchannel: per-channel absmax fixpoint quantiser (SparQ §2.7)
------------------------------------------------------------
-``s_h = fp16(max |x[..., h]|)`` over all but the last dimension (one scale for
-the whole tensor with ``granularity=tensor`` or for 0-/1-D inputs);
+qchannel: absmax fixpoint quantiser (SparQ §2.7)
+-----------------------------------------------
+``s_h = fp16(max |x_h|)`` over each group ``h`` of the ``granularity``:
+``channel`` (the default, AQ-SGD's): a scale per last-dimension channel, the
+max over all other dimensions; ``token``: a scale per row (everything but the
+last dimension indexes a row, the max runs along the last); ``tensor``: one
+scale.  0-/1-D inputs have one scale whatever the granularity;
 ``y = x / (s_h + 1e-6) * 2**(b-1)``, ``q = clip(round_half_even(y), -2**(b-1),
 2**(b-1)-1)``, ``x̂ = q / 2**(b-1) * s_h``.  ``signed=false``:
 ``q = clip(round(x / (s_h + 1e-6) * (2**b-1)), 0, 2**b-1)``, ``x̂ = q s_h / (2**b-1)``.
@@ -377,15 +380,41 @@ def _qstoch_values(
 # =========================================================================== qchannel
 FLAG_SIGNED = 2
 FLAG_TENSOR = 4
+FLAG_TOKEN = 8
 EPS = 1e-6
 _MAGIC32 = 1.5 * 2.0**23  # fl(y + M) = M + round_half_even(y) for |y| < 2**22
+GRANULARITIES = ("channel", "tensor", "token")
+_FLAG_OF = {"channel": 0, "tensor": FLAG_TENSOR, "token": FLAG_TOKEN}
 
 
-def channels_of(shape: tuple[int, ...], tensor_granularity: bool) -> int:
-    """Number of scales ``H``: the last dimension, or 1 (tensor granularity, 0-/1-D)."""
-    if tensor_granularity or len(shape) <= 1:
+def granularity_name(granularity: str | bool) -> str:
+    """A granularity of :data:`GRANULARITIES`; a bool is the older flag (True: tensor, False: channel)."""
+    if isinstance(granularity, bool):
+        return "tensor" if granularity else "channel"
+    if granularity not in GRANULARITIES:
+        raise CodecError(f"qchannel: granularity={granularity!r} is not one of {', '.join(GRANULARITIES)}")
+    return granularity
+
+
+def channels_of(shape: tuple[int, ...], granularity: str | bool) -> int:
+    """Number of scales ``H``: the last dimension (channel), the rows (token), or 1 (tensor, 0-/1-D)."""
+    g = granularity_name(granularity)
+    if g == "tensor" or len(shape) <= 1:
         return 1
-    return shape[-1]
+    return shape[-1] if g == "channel" else math.prod(shape[:-1])
+
+
+def _rows_view(x: torch.Tensor, g: str) -> torch.Tensor:
+    """``x`` as 2-D with the scales along dim 1 (channel, tensor) or dim 0 (token)."""
+    H = channels_of(tuple(x.shape), g)
+    if g == "token":
+        return x.reshape(H, x.shape[-1]) if x.dim() >= 2 else x.reshape(1, -1)
+    return x.reshape(-1, H) if H else x.reshape(0, 0)
+
+
+def _scale_column(factor: torch.Tensor, g: str) -> torch.Tensor:
+    """The scales shaped to broadcast over :func:`_rows_view`."""
+    return factor.reshape(-1, 1) if g == "token" else factor
 
 
 @dataclass(frozen=True)
@@ -395,6 +424,7 @@ class FixpointCodes:
     zero_code: int
     nnz: int
     signed: bool = True  # the grid these codes are on (the header's signed flag)
+    granularity: str = "channel"  # what each scale covers (the header's tensor / token flags)
 
 
 def resolve_signed(x: torch.Tensor, signed: bool | None) -> bool:
@@ -415,14 +445,14 @@ def _absmax_channels(x2: torch.Tensor) -> torch.Tensor:
     return torch.maximum(-x2.amin(dim=0), x2.amax(dim=0))  # aminmax(dim=0) is much slower
 
 
-def fixpoint_scales(x: torch.Tensor, tensor_granularity: bool = False) -> torch.Tensor:
-    """``fp16(max |x|)`` per channel (CodecError if a channel overflows float16)."""
+def fixpoint_scales(x: torch.Tensor, granularity: str | bool = "channel") -> torch.Tensor:
+    """``fp16(max |x|)`` per group (CodecError if a group overflows float16)."""
+    g = granularity_name(granularity)
     cd = torch.float64 if x.dtype == torch.float64 else torch.float32
-    H = channels_of(tuple(x.shape), tensor_granularity)
-    x2 = x.reshape(-1, H) if H else x.reshape(0, 0)
+    x2 = _rows_view(x, g)
     if x2.dtype != cd:
         x2 = x2.to(cd)
-    a = _absmax_channels(x2)  # NaN propagates through amax / amin
+    a = _absmax_channels(x2.T if g == "token" else x2)  # NaN propagates through amax / amin
     if not bool(torch.isfinite(a).all()):
         raise CodecError("qchannel: input contains NaN or infinity")
     s16 = a.to(torch.float16)
@@ -437,29 +467,29 @@ def fixpoint_quantize(
     x: torch.Tensor,
     bits: int,
     signed: bool = True,
-    tensor_granularity: bool = False,
+    granularity: str | bool = "channel",
     fast: bool = True,
 ) -> FixpointCodes:
     """Quantise ``x`` (any float dtype) to flat wire codes and fp16 scales.
 
-    ``fast=False`` forces the plain reference arithmetic (round, clamp, add);
-    the fast path must produce identical codes (checked in the tests).
+    ``granularity``: channel, tensor or token (a bool: True is tensor, False
+    channel).  ``fast=False`` forces the plain reference arithmetic (round,
+    clamp, add); the fast path must produce identical codes (checked in the tests).
     """
     if not 1 <= bits <= 16:
         raise CodecError(f"qchannel: bits={bits} out of range 1..16")
+    g = granularity_name(granularity)
     cd = torch.float64 if x.dtype == torch.float64 else torch.float32
-    shape = tuple(x.shape)
     n = x.numel()
-    H = channels_of(shape, tensor_granularity)
-    s16 = fixpoint_scales(x, tensor_granularity)
+    s16 = fixpoint_scales(x, g)
     if n == 0:
         return FixpointCodes(
-            torch.empty(0, dtype=torch.uint8), s16, 2 ** (bits - 1) if signed else 0, 0, signed
+            torch.empty(0, dtype=torch.uint8), s16, 2 ** (bits - 1) if signed else 0, 0, signed, g
         )
-    x2 = x.reshape(-1, H)
+    x2 = _rows_view(x, g)
     if x2.dtype != cd:
         x2 = x2.to(cd)
-    d = s16.to(cd) + torch.tensor(EPS, dtype=cd)  # s_h + 1e-6, rounded in the compute dtype
+    d = _scale_column(s16.to(cd) + torch.tensor(EPS, dtype=cd), g)  # s_h + 1e-6, in the compute dtype
     if signed:
         zero = 2 ** (bits - 1)
         den = d * 2.0 ** (1 - bits)  # exact: y = x / den = fl(x / d) * 2**(b-1)
@@ -469,7 +499,7 @@ def fixpoint_quantize(
             q.clamp_(-zero, zero - 1)
             nnz = int(np.count_nonzero(q.numpy()))  # numpy's count is ~3x faster here
             q += zero  # offset binary, still < 128
-            return FixpointCodes(q.view(torch.uint8).reshape(-1), s16, zero, nnz, True)
+            return FixpointCodes(q.view(torch.uint8).reshape(-1), s16, zero, nnz, True, g)
         q = torch.round(x2 / den).clamp_(-zero, zero - 1)
     else:
         zero = 0
@@ -478,7 +508,7 @@ def fixpoint_quantize(
     if signed:
         q += zero
     codes = q.to(torch.uint8 if bits <= 8 else torch.int32).reshape(-1)
-    return FixpointCodes(codes, s16, zero, nnz, signed)
+    return FixpointCodes(codes, s16, zero, nnz, signed, g)
 
 
 def fixpoint_dequantize(
@@ -489,8 +519,10 @@ def fixpoint_dequantize(
     shape: tuple[int, ...],
     dtype: torch.dtype,
     idx: torch.Tensor | None = None,
+    granularity: str | bool = "channel",
 ) -> torch.Tensor:
     """Values from wire codes (all ``n`` of them, or the ones at ``idx``; the rest are 0)."""
+    g = granularity_name(granularity)
     cd = torch.float64 if dtype == torch.float64 else torch.float32
     n = math.prod(shape)
     H = scales.numel()
@@ -503,10 +535,14 @@ def fixpoint_dequantize(
     if signed:
         v.sub_(2 ** (bits - 1))
     if idx is None:
-        v = v.reshape(-1, H) if n else v.reshape(0, H)
-        vals = v.mul_(factor) if signed else v.mul_(factor).div_(float(2**bits - 1))
+        v = v.reshape(H, -1) if g == "token" else v.reshape(-1, H)
+        f = _scale_column(factor, g)
+        vals = v.mul_(f) if signed else v.mul_(f).div_(float(2**bits - 1))
         return vals.to(dtype).reshape(shape)
-    sc = factor[idx % H] if H > 1 else factor.expand(idx.numel())
+    if H == 1:
+        sc = factor.expand(idx.numel())
+    else:  # a token's scale covers n / H consecutive elements; a channel's, every H-th
+        sc = factor[idx // (n // H)] if g == "token" else factor[idx % H]
     vals = v.mul_(sc) if signed else v.mul_(sc).div_(float(2**bits - 1))
     out = torch.zeros(n, dtype=cd)
     out[idx] = vals
@@ -514,15 +550,17 @@ def fixpoint_dequantize(
 
 
 class QChannelCodec(Codec):
-    """Per-channel absmax fixpoint quantiser + sparse encoding (``"qchannel:bits=B"``).
+    """Absmax fixpoint quantiser + sparse encoding (``"qchannel:bits=B"``).
 
     The SparQ compressor C (AQ-SGD ``fixpoint`` quantiser, deterministic, round
     half to even).  Options: ``bits`` (1..16, default 4), ``signed`` (true,
     false or auto: per message, unsigned iff no entry is negative; default
-    true), ``granularity=channel|tensor``, ``format=auto|dense|bitmap|coo``,
-    ``index=packed|int32``.  See the module docstring for the formulas.
+    true), ``granularity=channel|tensor|token`` (default channel, AQ-SGD's),
+    ``format=auto|dense|bitmap|coo``, ``index=packed|int32``.  See the module
+    docstring for the formulas.
 
-    Size (bytes), ``n`` elements, ``k = nnz(q)``, ``H`` scales, ``w`` index bits:
+    Size (bytes), ``n`` elements, ``k = nnz(q)``, ``H`` scales (:func:`channels_of`:
+    the last dimension, the rows, or 1), ``w`` index bits:
     ``h0 + 2H + min(ceil(n*b/8), ceil(n/8) + ceil(k*b/8), ceil(k*w/8) + ceil(k*b/8))``
     with ``h0 = 21 + 4*ndim`` (one term when a format is forced).
     Floor: ``log2(n+1) + log2 C(n,k) + k*log2(2**b-1) + 16H`` bits.
@@ -546,11 +584,9 @@ class QChannelCodec(Codec):
     ):
         if not 1 <= bits <= 16:
             raise CodecError(f"qchannel: bits={bits} out of range 1..16")
-        if granularity not in ("channel", "tensor"):
-            raise CodecError(f"qchannel: granularity={granularity!r} is not one of channel, tensor")
         self.bits = bits
         self.signed = signed
-        self.granularity = granularity
+        self.granularity = granularity_name(granularity)
         self.fmt = fmt
         self.int32 = int32
 
@@ -573,10 +609,6 @@ class QChannelCodec(Codec):
             parts.append(f"granularity={self.granularity}")
         return "qchannel:" + ",".join(parts + format_options_spec(self.fmt, self.int32))
 
-    @property
-    def tensor_granularity(self) -> bool:
-        return self.granularity == "tensor"
-
     def _check(self, x: torch.Tensor) -> torch.Tensor:
         return check_input(x, FLOAT_DTYPES, "qchannel")  # NaN / inf are caught by the scales
 
@@ -584,12 +616,12 @@ class QChannelCodec(Codec):
         """Codes and scales of ``x`` (NaN / inf / fp16-overflowing channels: CodecError)."""
         x = check_input(x, FLOAT_DTYPES, "qchannel")
         signed = resolve_signed(x, self.signed)
-        return fixpoint_quantize(x, self.bits, signed, self.tensor_granularity)
+        return fixpoint_quantize(x, self.bits, signed, self.granularity)
 
     def dequantize(
         self, fc: FixpointCodes, shape: tuple[int, ...], dtype: torch.dtype
     ) -> torch.Tensor:
-        return fixpoint_dequantize(fc.codes, fc.scales, self.bits, fc.signed, shape, dtype)
+        return fixpoint_dequantize(fc.codes, fc.scales, self.bits, fc.signed, shape, dtype, None, fc.granularity)
 
     def _layout(self, n: int, k: int) -> tuple[int, int]:
         iw = index_width(n, self.int32)
@@ -632,7 +664,7 @@ class QChannelCodec(Codec):
         iw, fmt = self._layout(n, k)
         H = fc.scales.numel()
         flags = (FLAG_INDEX32 if self.int32 else 0) | (FLAG_SIGNED if fc.signed else 0)
-        flags |= FLAG_TENSOR if self.tensor_granularity else 0
+        flags |= _FLAG_OF[self.granularity]
         header = build_header(
             self.family, x.dtype, tuple(x.shape), struct.pack("<BBBI", b, flags, fmt, k)
         )
@@ -652,8 +684,11 @@ class QChannelCodec(Codec):
         b, flags, fmt, k = struct.unpack("<BBBI", hdr.params)
         if not 1 <= b <= 16:
             raise CodecError(f"corrupted header: qchannel bits={b}")
-        if flags & ~(FLAG_INDEX32 | FLAG_SIGNED | FLAG_TENSOR):
+        if flags & ~(FLAG_INDEX32 | FLAG_SIGNED | FLAG_TENSOR | FLAG_TOKEN):
             raise CodecError(f"corrupted header: unknown flag bits {flags:#x}")
+        if flags & FLAG_TENSOR and flags & FLAG_TOKEN:
+            raise CodecError("corrupted header: qchannel granularity both tensor and token")
+        gran = "tensor" if flags & FLAG_TENSOR else "token" if flags & FLAG_TOKEN else "channel"
         if hdr.dtype not in FLOAT_DTYPES:
             raise CodecError(f"corrupted header: qchannel payload for dtype {hdr.dtype}")
         n = hdr.numel
@@ -663,7 +698,7 @@ class QChannelCodec(Codec):
             pos_n, val_n = section_nbytes(n, k, b, fmt, index_width(n, bool(flags & FLAG_INDEX32)))
         except CodecError:
             raise CodecError(f"corrupted header: unknown sparse format code {fmt}") from None
-        H = channels_of(hdr.shape, bool(flags & FLAG_TENSOR))
+        H = channels_of(hdr.shape, gran)
         check_body_length(data, hdr, 2 * H + pos_n + val_n)
         body = data[hdr.nbytes :]
         scales = from_raw_bytes(body[: 2 * H], torch.float16, H)
@@ -674,5 +709,5 @@ class QChannelCodec(Codec):
         count = n if idx is None else k
         codes = unpack_bits(body[2 * H + pos_n :], b, count)
         return fixpoint_dequantize(
-            codes, scales, b, bool(flags & FLAG_SIGNED), hdr.shape, hdr.dtype, idx
+            codes, scales, b, bool(flags & FLAG_SIGNED), hdr.shape, hdr.dtype, idx, gran
         )

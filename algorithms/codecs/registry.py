@@ -71,6 +71,7 @@ EXAMPLE_SPECS: tuple[str, ...] = (
     "qchannel:bits=4",
     "qchannel:bits=4,signed=false,granularity=tensor",
     "qchannel:bits=2,signed=auto",
+    "qchannel:bits=4,granularity=token",
     "topk:k=16",
     "topk:ratio=0.1",
     "randk:k=16,scaled=true",

@@ -44,6 +44,9 @@ class SparQParams(ZOParams):
     # activation grid: auto = per message, unsigned iff no entry is negative (ReLU); true: the
     # signed AQ-SGD fixpoint quantiser (seed-sparq §2.7) always; false: unsigned always (wire.py)
     signed: str = "auto"
+    # what one activation scale covers: tensor (default: the granularity that reproduces SparQ
+    # Fig. 2 / §2.4 on real weights, see wire.GRANULARITY), token, or channel (AQ-SGD's)
+    granularity: str = wire.GRANULARITY
     format: str = "auto"  # sparse body: auto (cheapest) | dense | bitmap | coo
     residual: str = "auto"  # residual-stream codec (any dense codec): auto = identity if bits is None else fp16
     labels: str = "send"  # send: first stage sends them to the last (counted); local: regenerated
@@ -59,6 +62,9 @@ class SparQParams(ZOParams):
             object.__setattr__(self, "signed", "true" if self.signed else "false")
         if self.signed not in wire.SIGNED_MODES:
             raise ConfigError(f"signed must be one of {', '.join(wire.SIGNED_MODES)}, got {self.signed!r}")
+        if self.granularity not in wire.GRANULARITIES:
+            raise ConfigError(f"granularity must be one of {', '.join(wire.GRANULARITIES)}, "
+                              f"got {self.granularity!r}")
         if self.format not in wire.FORMATS:
             raise ConfigError(f"format must be one of {', '.join(wire.FORMATS)}, got {self.format!r}")
         if self.labels not in LABEL_MODES:
@@ -99,8 +105,8 @@ def choose_split(cfg: RunConfig) -> tuple[tuple[int, ...], dict[int, float]]:
     if p.blocks():
         return p.blocks(), {}
     return select_split(cfg.model, cfg.world_size, window=p.split_window, bits=p.bits, signed=p.signed,
-                        seed=cfg.seed, data=cfg.data, batch_size=cfg.batch_size, seq_len=cfg.seq_len,
-                        calib=p.calib_batches, dtype=cfg.torch_dtype)
+                        granularity=p.granularity, seed=cfg.seed, data=cfg.data, batch_size=cfg.batch_size,
+                        seq_len=cfg.seq_len, calib=p.calib_batches, dtype=cfg.torch_dtype)
 
 
 class Link:
@@ -108,16 +114,17 @@ class Link:
 
     def __init__(self, comm, p: SparQParams, run_itemsize: int, vocab: int):
         self.comm, self.p, self.itemsize, self.vocab = comm, p, run_itemsize, vocab
-        self.act = Channel(wire.act_codec(p.bits, p.signed, p.format))
+        self.act = Channel(wire.act_codec(p.bits, p.signed, p.format, p.granularity))
         self.res = Channel(wire.residual_codec(p.residual, p.bits))
         self.labels = Channel(wire.label_codec(vocab))
         self.closed_form = 0  # bytes this rank sent this step, from the closed forms
         self.nnz = self.numel = 0
 
     def send(self, a: torch.Tensor, r: torch.Tensor, dst: int) -> None:
-        k = wire.act_nnz(a, self.p.bits, self.p.signed)
+        p = self.p
+        k = wire.act_nnz(a, p.bits, p.signed, p.granularity)
         self.nnz, self.numel = self.nnz + k, self.numel + a.numel()
-        self.closed_form += wire.act_nbytes(tuple(a.shape), k, self.p.bits, self.itemsize, self.p.format)
+        self.closed_form += wire.act_nbytes(tuple(a.shape), k, p.bits, self.itemsize, p.format, p.granularity)
         self.closed_form += wire.residual_nbytes(tuple(r.shape), self.res.codec, self.itemsize)
         self.act.send(self.comm, a, dst, "act")
         self.res.send(self.comm, r, dst, "residual")

@@ -19,7 +19,7 @@ import torch
 from harness.data import get_dataset
 from harness.models import PRESETS, build_model, default_boundaries, split_model
 
-from .wire import act_nnz
+from .wire import GRANULARITY, act_nnz
 
 _LOCK = threading.Lock()  # ranks of the threads backend share the cache
 
@@ -36,8 +36,8 @@ def candidates(num_blocks: int, num_stages: int, window: int) -> list[list[int]]
 
 @torch.no_grad()
 def measure_nnz(model_name: str, blocks: list[int], *, bits: int | None, signed: str | bool = "auto",
-                seed: int = 0, data: str = "synthetic-markov", batch_size: int = 8, seq_len: int = 32,
-                calib: int = 2, dtype: torch.dtype = torch.float32) -> dict[int, float]:
+                granularity: str = GRANULARITY, seed: int = 0, data: str = "synthetic-markov",
+                batch_size: int = 8, seq_len: int = 32, calib: int = 2, dtype: torch.dtype = torch.float32) -> dict[int, float]:
     """Mean non-zero ratio of block j's (quantised) FFN activation, for each j in ``blocks``."""
     model = build_model(model_name, seed=seed, dtype=dtype).eval()
     ds = get_dataset(data)
@@ -47,32 +47,36 @@ def measure_nnz(model_name: str, blocks: list[int], *, bits: int | None, signed:
     for j in sorted(set(blocks)):
         head = split_model(model, 2, "ffn_act", [j])[0]
         acts = [head(ids)[0] for ids in batches]
-        out[j] = sum(act_nnz(a, bits, signed) / a.numel() for a in acts) / len(acts)
+        out[j] = sum(act_nnz(a, bits, signed, granularity) / a.numel() for a in acts) / len(acts)
     return out
 
 
 @functools.lru_cache(maxsize=64)
-def _select(model_name, num_stages, window, bits, signed, seed, data, batch_size, seq_len, calib, dtype):
+def _select(model_name, num_stages, window, bits, signed, granularity, seed, data, batch_size, seq_len, calib,
+            dtype):
     cands = candidates(PRESETS[model_name].num_blocks, num_stages, window)
-    rho = measure_nnz(model_name, [j for c in cands for j in c], bits=bits, signed=signed, seed=seed,
-                      data=data, batch_size=batch_size, seq_len=seq_len, calib=calib, dtype=dtype)
+    rho = measure_nnz(model_name, [j for c in cands for j in c], bits=bits, signed=signed,
+                      granularity=granularity, seed=seed, data=data, batch_size=batch_size, seq_len=seq_len,
+                      calib=calib, dtype=dtype)
     cuts: list[int] = []
     for m, cand in enumerate(cands):
         later = len(cands) - 1 - m  # cuts still to place after this one
         ok = [j for j in cand if (not cuts or j > cuts[-1]) and j < PRESETS[model_name].num_blocks - later]
         if not ok:  # the windows collided: fall back to the next free block
             ok = [cuts[-1] + 1 if cuts else 0]
-            rho.update(measure_nnz(model_name, ok, bits=bits, signed=signed, seed=seed, data=data,
+            rho.update(measure_nnz(model_name, ok, bits=bits, signed=signed, granularity=granularity,
+                                   seed=seed, data=data,
                                    batch_size=batch_size, seq_len=seq_len, calib=calib, dtype=dtype))
         cuts.append(min(ok, key=lambda j: rho[j]))  # min keeps the first (nearest) on ties
     return tuple(cuts), dict(rho)
 
 
 def select_split(model_name: str, num_stages: int, *, window: int = 1, bits: int | None = 4,
-                 signed: str | bool = "auto", seed: int = 0, data: str = "synthetic-markov", batch_size: int = 8,
+                 signed: str | bool = "auto", granularity: str = GRANULARITY, seed: int = 0,
+                 data: str = "synthetic-markov", batch_size: int = 8,
                  seq_len: int = 32, calib: int = 2,
                  dtype: torch.dtype = torch.float32) -> tuple[tuple[int, ...], dict[int, float]]:
     """``(cuts, {candidate block: measured non-zero ratio})`` for ``num_stages`` stages."""
     with _LOCK:
-        return _select(model_name, num_stages, window, bits, signed, seed, data, batch_size, seq_len,
-                       calib, dtype)
+        return _select(model_name, num_stages, window, bits, signed, granularity, seed, data, batch_size,
+                       seq_len, calib, dtype)

@@ -1,8 +1,8 @@
 """What crosses a SparQ split, and the closed form of its size.
 
 Per evaluation (one unperturbed or perturbed forward) a split link carries
-two messages: the FFN activation ``C(a)`` (tag ``act``: the per-channel
-fixpoint quantiser + sparse body, or with ``bits=None`` the lossless sparse
+two messages: the FFN activation ``C(a)`` (tag ``act``: the absmax fixpoint
+quantiser, one scale per tensor by default (see :data:`GRANULARITY`), + sparse body, or with ``bits=None`` the lossless sparse
 encoding of the raw values; the quantiser's grid follows the activation's
 sign, see :data:`SIGNED_MODES`) and the residual stream ``r`` (tag ``residual``:
 dense, fp16 by default for quantised runs, raw for identity runs; the block's
@@ -30,8 +30,19 @@ import torch
 from algorithms.codecs import Codec, fixpoint_quantize, header_nbytes, make_codec, resolve_signed
 from algorithms.codecs._core import FAMILY_DENSE, FAMILY_IDS, FAMILY_QCHANNEL
 from algorithms.codecs.ids import id_nbytes
+from algorithms.codecs.quant import GRANULARITIES as QUANT_GRANULARITIES
 
 FORMATS = ("auto", "dense", "bitmap", "coo")
+# What one activation scale covers.  SparQ does not say (seed-sparq §7 A1); the default is
+# the granularity that reproduces its Fig. 2 / §2.4 on real weights ("nearly all GELU-based
+# activations fall under 5%" at 4 bits, SwiGLU "below 20%"): one absmax scale per tensor.
+# `commbench reproduce sparq-activations` measures every candidate on all-MiniLM-L6-v2 (GELU)
+# and Gemma-3-270M (GeGLU): per tensor keeps most layers' 4-bit codes under those limits,
+# per token and per channel (AQ-SGD's) do not, and clipped scales (a percentile or k rms
+# of |x|) only add non-zeros.  No candidate also has Table 1's bytes growing in proportion
+# to the bits; that experiment's bytes-per-bit table shows why.
+GRANULARITY = "tensor"
+GRANULARITIES = QUANT_GRANULARITIES  # what SparQParams.granularity accepts: the codec's
 # The activation quantiser's grid.  auto (the default): per message, unsigned levels
 # when the activation has no negative entry, signed otherwise.  A split sits right
 # after the FFN activation (SparQ §4), so with ReLU (OPT) every message is
@@ -53,12 +64,13 @@ def signed_option(signed: str | bool | None) -> bool | None:
     return None if signed == "auto" else signed == "true"
 
 
-def act_codec(bits: int | None, signed: str | bool | None = "auto", fmt: str = "auto") -> Codec:
+def act_codec(bits: int | None, signed: str | bool | None = "auto", fmt: str = "auto",
+              granularity: str = GRANULARITY) -> Codec:
     if bits is None:
         return make_codec(f"sparse:format={fmt}")
     s = signed_option(signed)
     return make_codec(f"qchannel:bits={bits},signed={'auto' if s is None else str(s).lower()},"
-                      f"format={fmt}")
+                      f"granularity={granularity},format={fmt}")
 
 
 def residual_codec(spec: str, bits: int | None) -> Codec:
@@ -96,22 +108,31 @@ def labels_nbytes(shape: tuple[int, ...], vocab_size: int) -> int:
     return header_nbytes(len(shape), FAMILY_IDS) + math.prod(shape) * id_nbytes(vocab_size)
 
 
-def act_nbytes(shape: tuple[int, ...], k: int, bits: int | None, itemsize: int, fmt: str = "auto") -> int:
+def scale_count(shape: tuple[int, ...], granularity: str = GRANULARITY) -> int:
+    """``H`` fp16 scales: 1 per tensor, one per token (row), one per channel (last dimension)."""
+    if granularity == "tensor" or len(shape) <= 1:
+        return 1
+    return shape[-1] if granularity == "channel" else math.prod(shape[:-1])
+
+
+def act_nbytes(shape: tuple[int, ...], k: int, bits: int | None, itemsize: int, fmt: str = "auto",
+               granularity: str = GRANULARITY) -> int:
     """qchannel: ``h0 + 2H + body(n, k, b)``; identity (sparse, raw values): ``h0 + body(n, k, 8 itemsize)``."""
     h0 = header_nbytes(len(shape), FAMILY_QCHANNEL)  # 21 + 4 ndim; sparse's is the same size
     n = math.prod(shape)
     if bits is None:
         return h0 + sparse_body_nbytes(n, k, 8 * itemsize, fmt)
-    return h0 + 2 * shape[-1] + sparse_body_nbytes(n, k, bits, fmt)
+    return h0 + 2 * scale_count(shape, granularity) + sparse_body_nbytes(n, k, bits, fmt)
 
 
-def act_nnz(a: torch.Tensor, bits: int | None, signed: str | bool | None = "auto") -> int:
+def act_nnz(a: torch.Tensor, bits: int | None, signed: str | bool | None = "auto",
+            granularity: str = GRANULARITY) -> int:
     """What the act message's body counts as nonzero: quantised codes, or nonzero bit patterns."""
     if bits is None:
         ints = {2: torch.int16, 4: torch.int32, 8: torch.int64}[a.element_size()]
         return int(torch.count_nonzero(a.detach().reshape(-1).view(ints)))
     x = a.detach().cpu()
-    return fixpoint_quantize(x, bits, resolve_signed(x, signed_option(signed))).nnz
+    return fixpoint_quantize(x, bits, resolve_signed(x, signed_option(signed)), granularity).nnz
 
 
 def residual_nbytes(shape: tuple[int, ...], codec: Codec, run_itemsize: int) -> int:

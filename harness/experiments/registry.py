@@ -36,10 +36,11 @@ MODULES = {
     "scaling": "scaling",
     "codecs": "codecs",
     "sparq-opt125m": "sparq",
+    "sparq-activations": "sparq_activations",
 }
 # ``reproduce all``: the papers' experiments, each family's first, the cross-family sweep last
 ORDER = ("double-quant", "clapping", "protocol", "sparq", "distzo2", "bandwidth")
-SUPPORTING = ("foundation", "scaling", "codecs", "sparq-opt125m")  # run by name only
+SUPPORTING = ("foundation", "scaling", "codecs", "sparq-opt125m", "sparq-activations")  # run by name only
 
 EXPERIMENTS: dict[str, Experiment] = {}
 

@@ -236,3 +236,37 @@ def plot_codec_sizes(rows: list[dict], path: Path) -> str | None:
     fig.text(0.03, -0.1, "coinciding lines: codecs that send the same bytes for this input (identity = fp32 "
              "on float32, fp16 = bf16, topk = randk at the same k)", fontsize=7, va="top")
     return _save(fig, plt, path, tight=False)
+
+
+# --------------------------------------------------------------------------- activation sparsity
+ZERO_AT = 1e-4  # a log axis has no 0: an all-zero layer is drawn here
+
+
+def plot_layer_nonzeros(panels: Sequence[tuple[str, float, dict[str, Sequence[float]]]],
+                        path: Path) -> str | None:
+    """SparQ Fig. 2 style: one panel per model, ``(title, paper_limit, {"<b>-bit, <quantiser>": ratio
+    per layer})``; non-zero ratio against layer, log scale, one colour per bit width and one line style
+    per quantiser; the paper's 4-bit limit as a dotted line."""
+    plt = _pyplot()
+    if plt is None:
+        return None
+    fig, axes = plt.subplots(1, len(panels), figsize=(5 * len(panels) + 1.5, 4.4), squeeze=False)
+    for ax, (title, limit, lines) in zip(axes[0], panels, strict=True):
+        bits = list(dict.fromkeys(k.split(",")[0] for k in lines))
+        quants = list(dict.fromkeys(k.split(", ", 1)[1] for k in lines))
+        for label, ys in lines.items():
+            b, qn = label.split(", ", 1)
+            ax.plot(range(1, len(ys) + 1), [max(y, ZERO_AT) for y in ys], marker="o", ms=3,
+                    color=f"C{bits.index(b)}", ls=("-", "--", ":")[quants.index(qn) % 3], label=label)
+        ax.axhline(limit, color="black", lw=0.8, ls=":")
+        ax.annotate(f"paper, 4-bit: < {limit:.0%}", (1, limit), textcoords="offset points", xytext=(2, 3),
+                    fontsize=7)
+        ax.xaxis.get_major_locator().set_params(integer=True)
+        ax.set_yscale("log")
+        ax.set_ylim(ZERO_AT / 2, 1.2)
+        ax.set(xlabel="layer", ylabel="non-zero ratio of the codes", title=title)
+        ax.grid(True, which="both", alpha=0.3)
+    axes[0][-1].legend(fontsize=7, loc="center left", bbox_to_anchor=(1.02, 0.5))
+    fig.suptitle(f"SparQ Fig. 2 on real activations: non-zero codes per layer (0 drawn at {ZERO_AT:g})",
+                 fontsize=10)
+    return _save(fig, plt, path)
