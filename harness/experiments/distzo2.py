@@ -41,7 +41,7 @@ from harness.stats import (
     ratio_of_medians,
 )
 
-from .claims import timed_claim
+from .claims import load_guard, timed_claim
 from .paper_claims import distzo2_speedups
 from .registry import experiment
 from .runner import run_and_save
@@ -249,10 +249,8 @@ def _claims(t: Table, load: tuple[float, float], cores: int, setting: str) -> No
         if row is None:
             continue
         sp, bound = row["speedup"], row["bound"]
-        undecided = ""
-        if max(load) >= cores:
-            undecided = f"load {max(load):.1f} on {cores} shared cores: the ranks do not get a core each"
-        elif bound.hi < criterion:
+        undecided = load_guard(load, cores)
+        if not undecided and bound.hi < criterion:
             undecided = f"this machine's breakdown caps the speed-up at {bound.value:.2f} [{bound.lo:.2f}, {bound.hi:.2f}]"
         timed_claim(f"distzo2.{label.lower()}-speedup", "DistZO2", f'"{CLAIMS[label]}"', "Table 1 (tokens/s over ZO2, OPT models on H20s)",
                     f"{label} speed-up over ZO2 on 2 ranks >= {criterion}x (the paper's smallest Table 1 ratio)",
