@@ -12,6 +12,7 @@ from harness.experiments.claims import (
     NOT_MEASURABLE,
     NOT_SUPPORTED,
     SUPPORTED,
+    load_guard,
     outcome,
     timed_claim,
 )
@@ -96,8 +97,6 @@ def test_throughput_is_not_measurable_under_load():
 ])
 def test_the_recorded_row_has_the_verdicts_outcome(ratio, slowdown, load):
     holds, how, pre = throughput_verdict(ratio, slowdown, load, CORES)
-    from harness.experiments.claims import load_guard
-
     _CLAIMS.clear()
     try:
         row = timed_claim("p.t", "P", "q", "s", "c", "1", ratio, THROUGHPUT, "how",
