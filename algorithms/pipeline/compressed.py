@@ -44,13 +44,15 @@ from .links import (
     state_digest,
     state_nbytes,
 )
-from .optim import OPTIMIZERS, make_optimizer
+from .optim import OPTIMIZERS, lr_factor, make_optimizer, schedule_problem, set_lr
 from .sgd import CUTS, _fits_model, _wire_codec
 
 
 @dataclass(frozen=True)
 class CompressedParams:
-    lr: float = 0.05
+    lr: float = 0.05  # the peak lr under lr_schedule
+    lr_schedule: str = "constant"  # or "warmup-linear" (Protocol Models §8.1, for its baselines)
+    warmup: float = 0.02  # warm-up fraction of the steps under warmup-linear
     optimizer: str = "sgd"  # sgd (torch, `momentum`), ema (paper eq. 3, `m`), paper-adam, adamw
     momentum: float = 0.0
     m: float = 0.1
@@ -71,6 +73,8 @@ class CompressedParams:
                 raise ValueError(msg)
 
         need(self.lr > 0, f"lr must be > 0, got {self.lr}")
+        bad = schedule_problem(self.lr_schedule, self.warmup)
+        need(bad is None, bad)
         need(self.optimizer in OPTIMIZERS, f"optimizer must be one of {', '.join(OPTIMIZERS)}, got {self.optimizer!r}")
         need(0 <= self.momentum < 1, f"momentum must be in [0, 1), got {self.momentum}")
         need(0 < self.m <= 1, f"m must be in (0, 1], got {self.m}")
@@ -191,6 +195,8 @@ def _train(ctx):
         opt.zero_grad(set_to_none=True)
         loss = run_step(ctx.comm, stage, lazy.ids.to(ctx.device), lazy.labels.to(ctx.device),
                         cfg.micro_batches, links)
+        if p.lr_schedule != "constant":
+            set_lr(opt, p.lr * lr_factor(p.lr_schedule, step, cfg.steps, p.warmup))
         opt.step()
         if loss is not None:
             ctx.log(loss=loss)

@@ -39,11 +39,13 @@ def batch(cfg: RunConfig, step: int, device):
 
 
 def train_local(ctx, model: torch.nn.Module, opt: torch.optim.Optimizer, *,
+                lr_at: Callable[[int], float] | None = None,
                 after_backward: Callable[[], None] | None = None,
                 before_update: Callable[[], None] | None = None,
                 after_update: Callable[[int], None] | None = None) -> None:
     """Train ``model`` for the run's steps, logging each step's loss.
 
+    ``lr_at(step)``: the step's learning rate (a schedule; None keeps the optimiser's);
     ``after_backward`` runs after each micro-batch's backward, ``before_update``
     / ``after_update(step)`` around the optimiser step.
     """
@@ -63,6 +65,9 @@ def train_local(ctx, model: torch.nn.Module, opt: torch.optim.Optimizer, *,
             total += loss.item()
         if before_update is not None:
             before_update()
+        if lr_at is not None:
+            for group in opt.param_groups:
+                group["lr"] = lr_at(step)
         opt.step()
         if after_update is not None:
             after_update(step)

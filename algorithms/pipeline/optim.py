@@ -12,6 +12,38 @@ from __future__ import annotations
 import torch
 
 OPTIMIZERS = ("sgd", "ema", "paper-adam", "adamw")
+SCHEDULES = ("constant", "warmup-linear")
+
+
+def lr_factor(schedule: str, step: int, steps: int, warmup: float) -> float:
+    """The peak lr's multiplier at 0-based ``step`` of ``steps``.
+
+    ``constant``: 1.  ``warmup-linear``: Protocol Models §8.1, "a base learning rate η = 3e-4 (with
+    warmup and linear decay)": linear warm-up over ``warmup`` of the steps (the paper gives no
+    length; spec G16: 2 %), then linear decay to 0 after the last step (the end value is not given
+    either)."""
+    if schedule == "constant":
+        return 1.0
+    if schedule != "warmup-linear":
+        raise ValueError(f"lr schedule must be one of {', '.join(SCHEDULES)}, got {schedule!r}")
+    w = max(1, round(warmup * steps))
+    if step < w:
+        return (step + 1) / w
+    return (steps - step) / (steps - w + 1)
+
+
+def set_lr(opt: torch.optim.Optimizer, lr: float) -> None:
+    for group in opt.param_groups:
+        group["lr"] = lr
+
+
+def schedule_problem(schedule: str, warmup: float) -> str | None:
+    """Why a (schedule, warm-up fraction) pair is invalid (None when it is valid)."""
+    if schedule not in SCHEDULES:
+        return f"lr_schedule must be one of {', '.join(SCHEDULES)}, got {schedule!r}"
+    if not 0 <= warmup < 1:
+        return f"warmup must be a fraction of the steps in [0, 1), got {warmup}"
+    return None
 
 
 class PaperMomentum(torch.optim.Optimizer):

@@ -33,6 +33,7 @@ from algorithms.codecs.channel import Channel
 from algorithms.codecs.ids import id_nbytes
 from algorithms.pipeline.engine import Arrival, Boundary, LinkCodecs, StageLinks, run_step
 from algorithms.pipeline.local import batch, micro_batch_problem, train_local
+from algorithms.pipeline.optim import lr_factor, schedule_problem, set_lr
 from harness.config import RunConfig
 from harness.models import PRESETS, build_model, build_stage, family_spec, max_stages
 from harness.registry import register
@@ -46,7 +47,9 @@ WIRES = ("auto", "fp64", "fp32", "bf16", "fp16")
 @dataclass(frozen=True)
 class ProtocolParams:
     k: int = 8  # subspace dimension (compression d / k)
-    lr: float = 1e-3
+    lr: float = 1e-3  # the peak lr under lr_schedule
+    lr_schedule: str = "constant"  # or "warmup-linear" (paper §8.1: warm-up, then linear decay)
+    warmup: float = 0.02  # warm-up fraction of the steps (spec G16; the paper gives no length)
     beta1: float = 0.9  # torch convention (weight of the old moment)
     beta2: float = 0.95
     eps: float = 1e-8
@@ -54,7 +57,10 @@ class ProtocolParams:
     wp2_optimizer: str = "rowconst_adamw"  # or "adamw" (+ projection, as node0)
     grassmann_every: int = 0  # N: a Grassmann subspace update every N steps (0: fixed subspace)
     grassmann_eta: float = 0.25  # η0; the step is η0 / λmax(S)
-    fixed_std: float = 0.02  # std of the frozen T_fixed and PE_fixed tables
+    # The paper (§4.3.1) asks only for a frozen high-rank table; both reference code bases draw it
+    # N(0, 1) (spec §2.3, §2.9 step 2: σ_fix = 1).  A small std leaves the token identity outside S
+    # faint, so the trainable T_S, confined to the k dims of S, must carry it (cf. Fig. 15).
+    fixed_std: float = 1.0  # std of the frozen T_fixed and PE_fixed tables: N(0, 1) (spec §2.3, §2.9)
     basis_seed: int = 0  # U = QR(N(0,1)) from (seed, basis_seed)
     wire: str = "auto"  # transmit dtype of C; auto: the run dtype (lossless)
 
@@ -65,6 +71,8 @@ class ProtocolParams:
 
         need(isinstance(self.k, int) and self.k >= 1, f"k must be an int >= 1, got {self.k!r}")
         need(self.lr > 0, f"lr must be > 0, got {self.lr}")
+        bad = schedule_problem(self.lr_schedule, self.warmup)
+        need(bad is None, bad)
         need(0 <= self.beta1 < 1 and 0 <= self.beta2 < 1, "beta1 and beta2 must be in [0, 1)")
         need(self.eps > 0, f"eps must be > 0, got {self.eps}")
         need(self.weight_decay >= 0, f"weight_decay must be >= 0, got {self.weight_decay}")
@@ -203,6 +211,11 @@ def grassmann_sync(comm, wire: Wire, model: ConstrainedModel, opt, gram: GramAcc
         gram.reset()
 
 
+def scheduled_lr(cfg: RunConfig, step: int) -> float:
+    p = cfg.params
+    return p.lr * lr_factor(p.lr_schedule, step, cfg.steps, p.warmup)
+
+
 def _report(ctx, wire: Wire, model: ConstrainedModel, U0: torch.Tensor, updates: int) -> None:
     U = wire.U.double()
     eye = torch.eye(U.shape[1], dtype=torch.float64, device=U.device)
@@ -239,6 +252,7 @@ def protocol(ctx):
         loss = protocol_step(ctx.comm, stage, wire, input_ids, labels, cfg.micro_batches, codec,
                              pr.vocab_size, gram)
         model.project_grads()
+        set_lr(opt, scheduled_lr(cfg, step))
         opt.step()
         model.project()
         if p.grassmann_every and (step + 1) % p.grassmann_every == 0:
@@ -297,7 +311,7 @@ def protocol_central(ctx):
             grassmann_sync(ctx.comm, wire, model, opt, gram, p.grassmann_eta, src=0)
             updates += 1
 
-    train_local(ctx, net, opt, after_backward=after_backward if gram is not None else None,
+    train_local(ctx, net, opt, lr_at=lambda step: scheduled_lr(cfg, step), after_backward=after_backward if gram is not None else None,
                 before_update=before_update, after_update=after_update)
     if model is not None:
         _report(ctx, wire, model, U0, updates)

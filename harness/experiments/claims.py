@@ -132,6 +132,22 @@ def _gate(holds: bool | None, how: str, pre: Precondition | None) -> tuple[bool 
     return holds, "; ".join(x for x in (f"precondition {pre.text()}", how) if x)
 
 
+def outcome(holds: bool | None, precondition: Precondition | None = None) -> str:
+    """The row's outcome from a verdict and its precondition (a failed one: not measurable here)."""
+    holds, _ = _gate(holds, "", precondition)
+    return {True: SUPPORTED, False: NOT_SUPPORTED, None: NOT_MEASURABLE}[holds]
+
+
+def load_guard(load: tuple[float, float], cores: int) -> str:
+    """Why a timed claim cannot be decided on this machine's load ('' when it can): the rule of
+    every timed claim whose ranks share the cores — with a load average (before or after the runs)
+    at or above the core count, the ranks do not get a core each, so a wall-clock ratio measures
+    the other work as much as ours."""
+    if max(load) >= cores:
+        return f"load {max(load):.1f} on {cores} shared cores: the ranks do not get a core each"
+    return ""
+
+
 def claim(id: str, paper: str, quote: str, source: str, criterion: str, paper_value: str,
           ours: float | str | None, holds: bool | None, how: str = "", *, unit: str = "",
           fmt: str = ".3g", precondition: Precondition | None = None,
@@ -174,6 +190,17 @@ def timed_verdict(lo: float, hi: float, threshold: float, *, above: bool = True)
     return (lo > threshold) if above else (hi < threshold), ""
 
 
+def timed_holds(ours: Interval, threshold: float, how: str = "", *, above: bool = True, undecided: str = "",
+                precondition: Precondition | None = None) -> tuple[bool | None, str]:
+    """A timed claim's verdict (None: not measurable here) and its ``how``: decided only when the
+    interval lies wholly on one side of ``threshold``, no ``undecided`` reason stands and the
+    precondition held (:func:`timed_claim` records it)."""
+    holds, why = timed_verdict(ours.lo, ours.hi, threshold, above=above)
+    if undecided:
+        holds, why = None, "; ".join(x for x in (undecided, why) if x)
+    return _gate(holds, "; ".join(x for x in (why, how) if x), precondition)
+
+
 def timed_claim(id: str, paper: str, quote: str, source: str, criterion: str, paper_value: str,
                 ours: Interval, threshold: float, how: str, *, above: bool = True, fmt: str = ".3g",
                 unit: str = "", undecided: str = "", precondition: Precondition | None = None) -> Claim:
@@ -181,10 +208,7 @@ def timed_claim(id: str, paper: str, quote: str, source: str, criterion: str, pa
     supported / not supported only when the interval lies wholly on one side of ``threshold``
     (``above``: ours must reach it), else "not measurable here", within noise.  ``undecided``: a
     reason the run cannot decide even so (the machine's load); ``ours`` is shown ``value unit [lo, hi]``."""
-    holds, why = timed_verdict(ours.lo, ours.hi, threshold, above=above)
-    if undecided:
-        holds, why = None, "; ".join(x for x in (undecided, why) if x)
-    holds, how = _gate(holds, "; ".join(x for x in (why, how) if x), precondition)
+    holds, how = timed_holds(ours, threshold, how, above=above, undecided=undecided, precondition=precondition)
     text = format_interval(ours.value, ours.lo, ours.hi, lambda x: f"{x:{fmt}} {unit}".rstrip())
     c = Claim(id, paper, quote, source, criterion, paper_value, text,
               {True: SUPPORTED, False: NOT_SUPPORTED, None: NOT_MEASURABLE}[holds],

@@ -126,6 +126,12 @@ PRESETS: dict[str, ModelPreset] = {
                               description="small GPT-2, 6 blocks x 256, byte-level vocab"),
     "small-llama": ModelPreset("llama", 6, 256, 688, 8, 256, 1024, "silu",
                                description="small Llama, 6 blocks x 256, byte-level vocab"),
+    # Protocol Models' layout (one block per pipeline stage, §8.1) on 2 stages, wide enough that k
+    # keeps tens of trainable dimensions at the paper's kind of compression (k / d of a few %).
+    "llama-2x128": ModelPreset("llama", 2, 128, 344, 4, 256, 1024, "silu",
+                               description="Llama, 2 blocks x 128 (one block per stage on 2 stages), byte-level vocab"),
+    "llama-2x256": ModelPreset("llama", 2, 256, 688, 4, 256, 1024, "silu",
+                               description="Llama, 2 blocks x 256 (one block per stage on 2 stages), byte-level vocab"),
     # Paper-shaped models (synthetic weights unless a local directory is given).
     "opt-125m": ModelPreset("opt", 12, 768, 3072, 12, 50272, 2048, "relu",
                             description="OPT-125M shape (untied LM head)"),
