@@ -12,6 +12,9 @@ from __future__ import annotations
 import torch
 
 OPTIMIZERS = ("sgd", "ema", "paper-adam", "adamw")
+# constant, or linear decay to 0 over the run (App. I.3.2: "scheduled by a linear scheduler",
+# Hugging Face's linear schedule without warm-up: γ_t = γ_0 (1 - t / T))
+LR_SCHEDULES = ("constant", "linear")
 
 
 class PaperMomentum(torch.optim.Optimizer):
@@ -62,3 +65,13 @@ def make_optimizer(params, p) -> torch.optim.Optimizer:
     # torch AdamW; the paper's β weights the new term, torch's the old one
     return torch.optim.AdamW(params, lr=p.lr, betas=(1 - p.beta1, 1 - p.beta2), eps=p.eps,
                              weight_decay=p.weight_decay, foreach=False)
+
+
+def make_schedule(opt: torch.optim.Optimizer, schedule: str, steps: int):
+    """The lr scheduler of ``schedule`` over ``steps`` updates (call ``.step()`` after each
+    update), or None for a constant lr."""
+    if schedule == "constant":
+        return None
+    if schedule != "linear":
+        raise ValueError(f"lr_schedule must be one of {', '.join(LR_SCHEDULES)}, got {schedule!r}")
+    return torch.optim.lr_scheduler.LambdaLR(opt, lambda t: max(0.0, 1 - t / steps))

@@ -30,7 +30,7 @@ from harness.seeding import keyed_seed
 from .families import FAMILY_SPECS
 from .presets import ModelPreset, _preset
 
-__all__ = ["build_model", "init_value"]
+__all__ = ["build_model", "init_value", "save_weights"]
 
 ATTN_IMPLEMENTATION = "eager"
 INIT_STD = 0.02
@@ -145,6 +145,19 @@ def _load_pretrained(preset: ModelPreset, weights: str, dtype: torch.dtype) -> A
     if hasattr(model, "_tied_weights_keys"):
         model._tied_weights_keys = {}
     return model.to(dtype=dtype)
+
+
+def save_weights(model: Any, path: str) -> None:
+    """Write ``model`` as a local ``save_pretrained`` directory that ``weights=`` loads back."""
+    from transformers.utils import logging as hf_logging
+
+    bars = hf_logging.is_progress_bar_enabled()
+    hf_logging.disable_progress_bar()
+    try:
+        model.save_pretrained(os.fspath(path))
+    finally:
+        if bars:
+            hf_logging.enable_progress_bar()
 
 
 def build_model(name: str, *, seed: int, dtype: torch.dtype = torch.float32,
