@@ -28,6 +28,7 @@ class SGDParams:
     lr: float = 0.05
     momentum: float = 0.0
     cut: str = "block"  # where stages are cut: between blocks, or after a block's FFN activation
+    optimizer: str = "sgd"  # or "adamw" (torch's betas and eps, no weight decay): e.g. to pre-train a checkpoint
     weights: str = ""  # a local save_pretrained directory to start from ("": seeded init)
     save_weights: str = ""  # fo-sgd: write the trained model there (save_pretrained), e.g. to fine-tune from
 
@@ -36,6 +37,8 @@ class SGDParams:
             raise ValueError(f"lr must be > 0, got {self.lr}")
         if not 0 <= self.momentum < 1:
             raise ValueError(f"momentum must be in [0, 1), got {self.momentum}")
+        if self.optimizer not in ("sgd", "adamw"):
+            raise ValueError(f"optimizer must be sgd or adamw, got {self.optimizer!r}")
         if self.cut not in CUTS:
             raise ValueError(f"cut must be one of {', '.join(CUTS)}, got {self.cut!r}")
 
@@ -43,6 +46,8 @@ class SGDParams:
 def _optimizer(params, p: SGDParams) -> torch.optim.Optimizer:
     # foreach=False: the plain per-tensor update, identical for any grouping of
     # parameters into stages.
+    if p.optimizer == "adamw":
+        return torch.optim.AdamW(params, lr=p.lr, weight_decay=0.0, foreach=False)
     return torch.optim.SGD(params, lr=p.lr, momentum=p.momentum, foreach=False)
 
 

@@ -17,8 +17,10 @@ the float32 one.  Scheme:
 
 from __future__ import annotations
 
+import contextlib
 import math
 import os
+import threading
 from collections.abc import Sequence
 from typing import Any
 
@@ -99,6 +101,24 @@ def _set_submodule(root: nn.Module, name: str, new: nn.Module) -> None:
         setattr(parent, attr, new)
 
 
+_BARS_LOCK = threading.Lock()  # rank threads load and save at once; the bar switch is global
+
+
+@contextlib.contextmanager
+def _no_progress_bars():
+    """Transformers' progress bars off while loading or saving (one rank thread at a time)."""
+    from transformers.utils import logging as hf_logging
+
+    with _BARS_LOCK:
+        bars = hf_logging.is_progress_bar_enabled()
+        hf_logging.disable_progress_bar()
+        try:
+            yield
+        finally:
+            if bars:
+                hf_logging.enable_progress_bar()
+
+
 def _load_pretrained(preset: ModelPreset, weights: str, dtype: torch.dtype) -> Any:
     from transformers import AutoConfig, AutoModelForCausalLM
 
@@ -123,19 +143,13 @@ def _load_pretrained(preset: ModelPreset, weights: str, dtype: torch.dtype) -> A
         if hasattr(config, key):
             setattr(config, key, 0.0)
     config.use_cache = False
-    from transformers.utils import logging as hf_logging
-
-    bars = hf_logging.is_progress_bar_enabled()
-    hf_logging.disable_progress_bar()
     try:
-        model = AutoModelForCausalLM.from_pretrained(
-            path, config=config, local_files_only=True, dtype=torch.float32,
-            attn_implementation=ATTN_IMPLEMENTATION)
+        with _no_progress_bars():
+            model = AutoModelForCausalLM.from_pretrained(
+                path, config=config, local_files_only=True, dtype=torch.float32,
+                attn_implementation=ATTN_IMPLEMENTATION)
     except OSError as exc:
         raise FileNotFoundError(f"cannot load weights from {path!r}: {exc}") from None
-    finally:
-        if bars:
-            hf_logging.enable_progress_bar()
     # Untie a tied LM head (pretrained OPT/GPT-2 tie it): the first and last pipeline
     # stages must not share a parameter.  The copy starts equal to the embedding.
     head, emb = model.get_output_embeddings(), model.get_input_embeddings()
@@ -149,15 +163,8 @@ def _load_pretrained(preset: ModelPreset, weights: str, dtype: torch.dtype) -> A
 
 def save_weights(model: Any, path: str) -> None:
     """Write ``model`` as a local ``save_pretrained`` directory that ``weights=`` loads back."""
-    from transformers.utils import logging as hf_logging
-
-    bars = hf_logging.is_progress_bar_enabled()
-    hf_logging.disable_progress_bar()
-    try:
+    with _no_progress_bars():
         model.save_pretrained(os.fspath(path))
-    finally:
-        if bars:
-            hf_logging.enable_progress_bar()
 
 
 def build_model(name: str, *, seed: int, dtype: torch.dtype = torch.float32,
