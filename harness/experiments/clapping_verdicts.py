@@ -56,10 +56,10 @@ def settled(curves: list[list[float]], label: str = "no compression",
     """The reference's validation loss has settled: on every seed it moved less than ``pct`` %
     over the last quarter of fine-tuning (the resolution the 0.5 % claim needs)."""
     changes = [last_quarter_change(c) for c in curves]
-    worst = max(changes)
+    worst = max((c if math.isfinite(c) else math.inf for c in changes), default=math.inf)
     return Precondition(f"{label} val loss settled: relative change over the last quarter of "
                         f"fine-tuning < {pct:g} % on every seed",
-                        f"{worst:.3f} % on the worst seed" if math.isfinite(worst) else "a NaN curve",
+                        f"{worst:.3f} % on the worst seed" if math.isfinite(worst) else "a diverged (NaN) curve",
                         bool(worst < pct))
 
 
