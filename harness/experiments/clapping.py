@@ -18,15 +18,16 @@ from pathlib import Path
 
 from algorithms.pipeline import toy
 from algorithms.pipeline.compressed import ef_state_elements
+from harness.comm.base import RankFailed
 from harness.models import PRESETS
 from harness.registry import make_config
 from harness.reporting import Column, Table, load_reference
 from harness.reporting.plots import Curve, note, plot_loss_curves
-from harness.comm.base import RankFailed
 from harness.stats import IQR, median_iqr
 
 from . import clapping_verdicts as V
-from .claims import claim, mean_interval, slug as _slug
+from .claims import claim, mean_interval
+from .claims import slug as _slug
 from .registry import experiment
 from .runner import run_and_save
 
