@@ -182,6 +182,38 @@ def test_clapping_trains_and_evaluates():
     assert 0 < rec.metrics["fresh_fraction"].value <= 1
 
 
+def test_a_validation_curve_leaves_the_bytes_and_the_training_unchanged():
+    # eval_every validates between steps under ctx.unmetered(): the same model, the same counted
+    # bytes and messages, one val point per eval_every steps, the last the final validation
+    lossy = {"fwd": "topk:ratio=0.2", "bwd": "topk:ratio=0.2", "p": 0.5, "eval_batches": 1}
+    _, plain = _run("clapping-fc", 2, params=lossy, steps=4)
+    _, curve = _run("clapping-fc", 2, params={**lossy, "eval_every": 1}, steps=4)
+    for key in ("params_sha256", "payload_bytes_per_step", "messages_per_step"):
+        assert curve.metrics[key].value == plain.metrics[key].value
+    assert curve.history["val_step"] == [1, 2, 3, 4]
+    assert curve.history["val_loss"][-1] == curve.metrics["val_loss"].value == plain.metrics["val_loss"].value
+
+
+def test_saved_weights_start_the_pipelines_where_fo_sgd_left_off(tmp_path):
+    # fo-sgd save_weights, then weights=: fo-sgd and every pipeline continue from the same model
+    # (same parameters after the same steps), which is not the seeded initialisation
+    path = str(tmp_path / "ckpt")
+    _run("fo-sgd", 1, params={"save_weights": path, "lr": 0.1}, micro_batches=2)
+    kw = dict(seed=8, steps=2)
+    fo = _sha(_run("fo-sgd", 1, params={"weights": path}, **kw)[1])
+    assert _sha(_run("pipeline-sgd", 2, params={"weights": path}, **kw)[1]) == fo
+    assert _sha(_run("direct-compress", 2, params={**IDENTITY, "weights": path, "lr": 0.05}, **kw)[1]) == fo
+    assert _sha(_run("fo-sgd", 1, **kw)[1]) != fo
+
+
+def test_linear_schedule_decays_to_zero_over_the_run():
+    from algorithms.pipeline.optim import lr_factor
+
+    # Hugging Face's linear schedule without warm-up: the lr of update t is lr0 (1 - t / T)
+    assert [0.4 * lr_factor("linear", t, 4, 0.0) for t in range(5)] == pytest.approx([0.4, 0.3, 0.2, 0.1, 0.0])
+    assert all(lr_factor("constant", t, 4, 0.0) == 1.0 for t in range(4))
+
+
 # --------------------------------------------------------------------------- gloo
 # One set of gloo processes runs every gloo configuration in turn (spawning
 # ranks dominates the cost of a tiny run).

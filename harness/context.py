@@ -70,6 +70,7 @@ class RankContext:
         self._timer = rank_meters.StepTimer(self.device)
         self._snap0: MeterSnapshot | None = None
         self._window: MeterSnapshot | None = None
+        self._excluded: list[MeterSnapshot] = []  # unmetered work inside the window
         self._wire0: tuple[int, int] | None = None
         self._wire: tuple[int, int] | None = None
         self._reset_ok = False
@@ -118,6 +119,19 @@ class RankContext:
                 self._progress(step + 1, {k: v[-1] for k, v in self.history.items() if v})
         self._close_window()
 
+    @contextlib.contextmanager
+    def unmetered(self) -> Iterator[None]:
+        """Work inside the measured loop that is not training (a validation pass between steps):
+        its payload bytes and messages leave the window and its time leaves the step.  Every rank
+        taking part must enter it at the same point.  Kernel wire bytes (``--net netns``) still
+        count it."""
+        before, t0 = self.comm.meter.snapshot(), rank_meters.now(self.device)
+        try:
+            yield
+        finally:
+            self._excluded.append(self.comm.meter.snapshot() - before)
+            self._timer.discount(rank_meters.now(self.device) - t0)
+
     def _maybe_fail(self, step: int) -> None:
         if self._fault and self._fault[:2] == (self.rank, step):
             if self._fault[2] == "exit" and self.cfg.backend != "threads":
@@ -138,6 +152,8 @@ class RankContext:
 
     def _close_window(self) -> None:
         self._window = self.comm.meter.snapshot() - self._snap0
+        for skipped in self._excluded:
+            self._window = self._window - skipped
         if self._tensor_meter is not None:
             self._tensor_peak = self._tensor_meter.peak
         elif self.device.type == "cuda":

@@ -185,6 +185,11 @@ class StepTimer:
         self.times.append(dt)
         return dt
 
+    def discount(self, seconds: float) -> None:
+        """Leave ``seconds`` of the running step out of its time (work that is not training)."""
+        if self._t0 is not None:
+            self._t0 += seconds
+
     @property
     def median(self) -> float:
         return statistics.median(self.times) if self.times else float("nan")

@@ -51,7 +51,9 @@ from .sgd import CUTS, _fits_model, _wire_codec
 @dataclass(frozen=True)
 class CompressedParams:
     lr: float = 0.05  # the peak lr under lr_schedule
-    lr_schedule: str = "constant"  # or "warmup-linear" (Protocol Models §8.1, for its baselines)
+    # or "linear": decayed to 0 over the run (Clapping App. I.3.2); "warmup-linear": Protocol
+    # Models §8.1, for its baselines (algorithms/pipeline/optim.py lr_factor)
+    lr_schedule: str = "constant"
     warmup: float = 0.02  # warm-up fraction of the steps under warmup-linear
     optimizer: str = "sgd"  # sgd (torch, `momentum`), ema (paper eq. 3, `m`), paper-adam, adamw
     momentum: float = 0.0
@@ -65,6 +67,9 @@ class CompressedParams:
     bwd: str = "topk:ratio=0.1"  # codec on activation gradients
     dataset_size: int = 0  # 0: the data stream; N: a finite set of N samples, multi-epoch
     eval_batches: int = 0  # uncompressed validation batches after training (val_loss, val_accuracy)
+    eval_every: int = 0  # also validate every this many steps (unmetered; history val_loss)
+    clip_grad: float = 0.0  # > 0: clip each stage's gradient norm to this before the update (no communication)
+    weights: str = ""  # a local save_pretrained directory every stage starts from ("": seeded init)
     log_state_digests: bool = False  # log a digest of every EF state replica after every step
 
     def __post_init__(self):
@@ -83,6 +88,9 @@ class CompressedParams:
         need(self.cut in CUTS, f"cut must be one of {', '.join(CUTS)}, got {self.cut!r}")
         need(self.dataset_size >= 0, f"dataset_size must be >= 0, got {self.dataset_size}")
         need(self.eval_batches >= 0, f"eval_batches must be >= 0, got {self.eval_batches}")
+        need(self.clip_grad >= 0, f"clip_grad must be >= 0, got {self.clip_grad}")
+        need(self.eval_every >= 0, f"eval_every must be >= 0, got {self.eval_every}")
+        need(not self.eval_every or self.eval_batches, "eval_every needs eval_batches >= 1")
         for name in ("fwd", "bwd"):
             try:
                 make_link_codec(getattr(self, name))
@@ -176,7 +184,7 @@ def _digests(links: StageLinks, rank: int) -> dict[str, float]:
 def _train(ctx):
     cfg, p = ctx.cfg, ctx.params
     stage = build_stage(cfg.model, seed=cfg.seed, num_stages=ctx.world_size, stage_index=ctx.rank,
-                        cut=p.cut, dtype=ctx.dtype, device=ctx.device)
+                        cut=p.cut, dtype=ctx.dtype, weights=p.weights or None, device=ctx.device)
     links = build_links(cfg.algorithm, ctx.rank, ctx.world_size, p, ctx.dtype, cfg.seed)
     opt = make_optimizer(stage.parameters(), p)
     lazy = LazyData(cfg.data, batch_size=cfg.batch_size, seq_len=cfg.seq_len, seed=cfg.seed,
@@ -195,6 +203,8 @@ def _train(ctx):
         opt.zero_grad(set_to_none=True)
         loss = run_step(ctx.comm, stage, lazy.ids.to(ctx.device), lazy.labels.to(ctx.device),
                         cfg.micro_batches, links)
+        if p.clip_grad:
+            torch.nn.utils.clip_grad_norm_(stage.parameters(), p.clip_grad, foreach=False)
         if p.lr_schedule != "constant":
             set_lr(opt, p.lr * lr_factor(p.lr_schedule, step, cfg.steps, p.warmup))
         opt.step()
@@ -202,18 +212,23 @@ def _train(ctx):
             ctx.log(loss=loss)
         if p.log_state_digests:
             ctx.log(**_digests(links, ctx.rank))
+        if p.eval_every and (step + 1) % p.eval_every == 0 and step + 1 < cfg.steps:
+            with ctx.unmetered():  # the final validation below closes the curve
+                _evaluate(ctx, stage, p.eval_batches, at_step=step + 1)
     # after the measured window: nothing below is counted as training traffic
     mine = sum(state_nbytes(c) for c in links.all())
     total = ctx.comm.all_reduce(torch.tensor([float(mine)], dtype=torch.float64), op="sum", tag="ef-memory")
     ctx.extra["ef_state_bytes_rank_max"] = (float(mine), "bytes")
     ctx.extra["ef_state_bytes_total"] = (float(total[0]), "bytes")
     ctx.extra["fresh_fraction"] = (fresh_rows / (cfg.steps * cfg.batch_size), "ratio")
-    _evaluate(ctx, stage, p.eval_batches)
+    _evaluate(ctx, stage, p.eval_batches, at_step=cfg.steps if p.eval_every else None)
     evaluate_stages(ctx, stage, "end")
     return ctx.finish((i, t) for i, _, t in stage.global_named_parameters())
 
 
-def _evaluate(ctx, stage, batches: int) -> None:
+def _evaluate(ctx, stage, batches: int, at_step: int | None = None) -> None:
+    """Uncompressed validation on the same ``batches`` val batches every time; the last stage
+    records val_loss / val_accuracy, and with ``at_step`` appends them to the history (the curve)."""
     if not batches:
         return
     cfg, data = ctx.cfg, get_dataset(ctx.cfg.data)
@@ -223,8 +238,11 @@ def _evaluate(ctx, stage, batches: int) -> None:
                                  model=cfg.model)
         results.append(evaluate(ctx.comm, stage, ids.to(ctx.device), labels.to(ctx.device), _wire_codec(ctx.dtype)))
     if results[0] is not None:
-        ctx.extra["val_loss"] = (sum(r[0] for r in results) / batches, "nats/token")
-        ctx.extra["val_accuracy"] = (sum(r[1] for r in results) / batches, "fraction")
+        loss, acc = sum(r[0] for r in results) / batches, sum(r[1] for r in results) / batches
+        ctx.extra["val_loss"] = (loss, "nats/token")
+        ctx.extra["val_accuracy"] = (acc, "fraction")
+        if at_step is not None:
+            ctx.log(val_loss=loss, val_accuracy=acc, val_step=at_step)
 
 
 _COMMON = dict(family="pipeline", min_world=2, check=_check, paper="clapping")

@@ -12,18 +12,21 @@ from __future__ import annotations
 import torch
 
 OPTIMIZERS = ("sgd", "ema", "paper-adam", "adamw")
-SCHEDULES = ("constant", "warmup-linear")
+SCHEDULES = ("constant", "linear", "warmup-linear")
 
 
 def lr_factor(schedule: str, step: int, steps: int, warmup: float) -> float:
     """The peak lr's multiplier at 0-based ``step`` of ``steps``.
 
-    ``constant``: 1.  ``warmup-linear``: Protocol Models §8.1, "a base learning rate η = 3e-4 (with
+    ``constant``: 1.  ``linear``: Clapping App. I.3.2, "scheduled by a linear scheduler" (Hugging
+    Face's linear schedule without warm-up: 1 - step / steps).  ``warmup-linear``: Protocol Models §8.1, "a base learning rate η = 3e-4 (with
     warmup and linear decay)": linear warm-up over ``warmup`` of the steps (the paper gives no
     length; spec G16: 2 %), then linear decay to 0 after the last step (the end value is not given
     either)."""
     if schedule == "constant":
         return 1.0
+    if schedule == "linear":
+        return max(0.0, 1 - step / steps)
     if schedule != "warmup-linear":
         raise ValueError(f"lr schedule must be one of {', '.join(SCHEDULES)}, got {schedule!r}")
     w = max(1, round(warmup * steps))

@@ -15,7 +15,7 @@ import torch
 from algorithms.codecs import make_codec
 from harness.config import RunConfig
 from harness.heldout import evaluate_stages, init_head
-from harness.models import PRESETS, build_model, build_stage, max_stages
+from harness.models import PRESETS, build_model, build_stage, max_stages, save_weights
 from harness.registry import register
 
 from .engine import LinkCodecs, pipeline_step
@@ -29,12 +29,17 @@ class SGDParams:
     lr: float = 0.05
     momentum: float = 0.0
     cut: str = "block"  # where stages are cut: between blocks, or after a block's FFN activation
+    optimizer: str = "sgd"  # or "adamw" (torch's betas and eps, no weight decay): e.g. to pre-train a checkpoint
+    weights: str = ""  # a local save_pretrained directory to start from ("": seeded init)
+    save_weights: str = ""  # fo-sgd: write the trained model there (save_pretrained), e.g. to fine-tune from
 
     def __post_init__(self):
         if not self.lr > 0:
             raise ValueError(f"lr must be > 0, got {self.lr}")
         if not 0 <= self.momentum < 1:
             raise ValueError(f"momentum must be in [0, 1), got {self.momentum}")
+        if self.optimizer not in ("sgd", "adamw"):
+            raise ValueError(f"optimizer must be sgd or adamw, got {self.optimizer!r}")
         if self.cut not in CUTS:
             raise ValueError(f"cut must be one of {', '.join(CUTS)}, got {self.cut!r}")
 
@@ -42,6 +47,8 @@ class SGDParams:
 def _optimizer(params, p: SGDParams) -> torch.optim.Optimizer:
     # foreach=False: the plain per-tensor update, identical for any grouping of
     # parameters into stages.
+    if p.optimizer == "adamw":
+        return torch.optim.AdamW(params, lr=p.lr, weight_decay=0.0, foreach=False)
     return torch.optim.SGD(params, lr=p.lr, momentum=p.momentum, foreach=False)
 
 
@@ -82,17 +89,26 @@ def _fits_model(cfg: RunConfig) -> str | None:
           summary="first-order SGD on the unsplit model in one process (the reference)")
 def fo_sgd(ctx):
     cfg, p = ctx.cfg, ctx.params
-    model = build_model(cfg.model, seed=cfg.seed, dtype=ctx.dtype, device=ctx.device)
+    model = build_model(cfg.model, seed=cfg.seed, dtype=ctx.dtype, weights=p.weights or None,
+                        device=ctx.device)
     train_local(ctx, model, _optimizer(model.parameters(), p))
+    if p.save_weights:  # after the measured window
+        save_weights(model, p.save_weights)
     return ctx.finish(enumerate(model.parameters()))
 
 
-@register("pipeline-sgd", family="pipeline", params=SGDParams, min_world=2, check=_fits_model,
+def _pipeline_fits(cfg: RunConfig) -> str | None:
+    if cfg.params.save_weights:
+        return "save_weights is written by fo-sgd (the unsplit model); pipeline-sgd cannot save"
+    return _fits_model(cfg)
+
+
+@register("pipeline-sgd", family="pipeline", params=SGDParams, min_world=2, check=_pipeline_fits,
           summary="first-order pipeline SGD, one stage per rank, uncompressed activations and gradients")
 def pipeline_sgd(ctx):
     cfg, p = ctx.cfg, ctx.params
     stage = build_stage(cfg.model, seed=cfg.seed, num_stages=ctx.world_size, stage_index=ctx.rank,
-                        cut=p.cut, dtype=ctx.dtype, device=ctx.device)
+                        cut=p.cut, dtype=ctx.dtype, weights=p.weights or None, device=ctx.device)
     wire = _wire_codec(ctx.dtype)
     codecs = LinkCodecs(forward=wire, backward=wire)
     opt = _optimizer(stage.parameters(), p)

@@ -84,7 +84,7 @@ class MeterSnapshot:
     def by_tag(self, direction: str = "sent") -> dict[str, tuple[int, int]]:
         out: dict[str, list[int]] = {}
         for flow, n in self.bytes.items():
-            if flow.direction == direction:
+            if flow.direction == direction and (n or self.messages[flow]):
                 acc = out.setdefault(flow.tag, [0, 0])
                 acc[0] += n
                 acc[1] += self.messages[flow]

@@ -34,7 +34,7 @@ from .stages import (  # noqa: E402
     model_info,
     split_model,
 )
-from .weights import ATTN_IMPLEMENTATION, INIT_STD, build_model, init_value  # noqa: E402
+from .weights import ATTN_IMPLEMENTATION, INIT_STD, build_model, init_value, save_weights  # noqa: E402
 
 __all__ = [
     "ATTN_IMPLEMENTATION",
@@ -55,5 +55,6 @@ __all__ = [
     "lm_loss",
     "max_stages",
     "model_info",
+    "save_weights",
     "split_model",
 ]

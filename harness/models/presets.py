@@ -132,6 +132,11 @@ PRESETS: dict[str, ModelPreset] = {
                                description="Llama, 2 blocks x 128 (one block per stage on 2 stages), byte-level vocab"),
     "llama-2x256": ModelPreset("llama", 2, 256, 688, 4, 256, 1024, "silu",
                                description="Llama, 2 blocks x 256 (one block per stage on 2 stages), byte-level vocab"),
+    # Two blocks, split at the midpoint as Clapping's Table 3 splits LLaMA-2 7B (§5), wide enough
+    # that Top-5 % keeps 12.8 values per token (the paper: about 205 of 4096).  OPT (LayerNorm,
+    # learned positions), the family of the earlier tiny-opt comparison.
+    "mini-opt": ModelPreset("opt", 2, 256, 1024, 4, 256, 512, "relu",
+                            description="mini OPT, 2 blocks x 256, byte-level vocab (Clapping fine-tuning)"),
     # Paper-shaped models (synthetic weights unless a local directory is given).
     "opt-125m": ModelPreset("opt", 12, 768, 3072, 12, 50272, 2048, "relu",
                             description="OPT-125M shape (untied LM head)"),

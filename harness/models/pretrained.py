@@ -79,7 +79,7 @@ def checkpoint_sha256(path: str) -> str:
     return h.hexdigest()
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def _verified(name: str) -> str:
     src = source(name)
     root = _locate(src)
@@ -101,7 +101,7 @@ def checkpoint_dir(name: str) -> str:
         return _verified(name)
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def _tokenizer(name: str):
     from transformers import AutoTokenizer
 

@@ -33,7 +33,7 @@ from harness.seeding import keyed_seed
 from .families import FAMILY_SPECS
 from .presets import ModelPreset, _preset
 
-__all__ = ["build_model", "init_value"]
+__all__ = ["build_model", "init_value", "save_weights"]
 
 ATTN_IMPLEMENTATION = "eager"
 INIT_STD = 0.02
@@ -226,6 +226,12 @@ def _load_packaged(preset: ModelPreset, seed: int, dtype: torch.dtype) -> Any:
             if name in fresh:
                 p.copy_(init_value(seed, index, name, p.shape, preset.num_blocks))
     return model.to(dtype=dtype)
+
+
+def save_weights(model: Any, path: str) -> None:
+    """Write ``model`` as a local ``save_pretrained`` directory that ``weights=`` loads back."""
+    with _quiet_loading(errors_only=False):
+        model.save_pretrained(os.fspath(path))
 
 
 def build_model(name: str, *, seed: int, dtype: torch.dtype = torch.float32,
