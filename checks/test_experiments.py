@@ -115,27 +115,41 @@ def _fake_record(peaks: list[int], payload: float, **extra: float):
     return SimpleNamespace(metrics=metrics, per_rank=per_rank, history={"step_time_s": [1.0, 1.0]})
 
 
+def _sparq_recs(sparq_peaks=(100, 500)):
+    return {"pipeline-sgd": _fake_record([500, 500], 1000.0),  # sum 1000, max 500
+            "aq-sgd": _fake_record([600, 600], 400.0, ef_state_bytes_total=128, ef_state_bytes_rank_max=64),
+            "mezo": _fake_record([450], 0.0),  # one process: sum = max
+            "zo-pipeline": _fake_record([100, 500], 3000.0),
+            "sparq": _fake_record(list(sparq_peaks), 100.0, act_nnz_ratio=0.47)}  # sum 600, max 500
+
+
 def test_sparq_memory_claims_use_the_sum_over_nodes():
     """SparQ Table 2's memory is "total peak memory usage on two GPUs": the claims divide the SUM of
     the ranks' peaks; the per-node maximum is only reported beside it.  The numbers are chosen so
     that the two aggregates disagree on the verdict."""
-    from harness.experiments.sparq import opt125m_rows, peak_tensor, table2_claims
+    from harness.experiments.sparq import Table2Setting, TrainSet, opt125m_rows, peak_tensor, table2_claims
 
-    recs = {"pipeline-sgd": _fake_record([500, 500], 1000.0),  # sum 1000, max 500
-            "aq-sgd": _fake_record([600, 600], 400.0, ef_state_bytes_total=64, ef_state_bytes_rank_max=32),
-            "mezo": _fake_record([450], 0.0),  # one process: sum = max
-            "sparq": _fake_record([100, 500], 100.0)}  # sum 600, max 500
+    recs = _sparq_recs()
     assert peak_tensor(recs["sparq"]) == (600.0, 500.0) and peak_tensor(recs["mezo"]) == (450.0, 450.0)
     _CLAIMS.clear()
-    comm_fo, comm_aq, mem, vs_aq = table2_claims(recs, "fake", 1, 32, 64, 5)
+    s = Table2Setting("tiny-opt", steps=1, seq=64, aq_batches=2, aq_epochs=3)  # AQ-SGD: 64 samples
+    vs_zo, comm_fo, comm_aq, mem, vs_aq, b2 = table2_claims(recs, s, TrainSet(1000, "a stand-in set"))
     _CLAIMS.clear()
     # 1 - 600/1000 = 40 % saved: supported (the max would give 1 - 500/500 = 0 %: not supported)
     assert mem.ours == "40.0% (1.67x)" and mem.outcome == "supported"
     assert "summed over the nodes" in mem.criterion and "0.0% (1.00x)" in mem.how
-    # (1200 - 64 buffers + 64/32 bytes per sample x 1000 samples) / 600 = 3136 / 600
-    assert vs_aq.ours == "5.23x" and vs_aq.outcome == "supported"
-    assert "5.14x" in vs_aq.how  # the max variant, printed beside it: (600 - 32 + 2000) / 500
-    assert comm_fo.ours == "90.0%" and comm_aq.ours == "75.0%"
+    # (1200 - 128 buffers + 128/64 bytes per sample x 1000 samples) / 600 = 3072 / 600
+    assert vs_aq.ours == "5.12x" and vs_aq.outcome == "supported"
+    assert "3.07x" in vs_aq.how  # the max variant, printed beside it: (600 - 64 + 1 x 1000) / 500
+    # N* = (3 x 600 - 1072) / 2 = 364 samples
+    assert "N* = 364" in vs_aq.how and "N = 1,000" in vs_aq.how
+    # per step, not decided: whole-run totals with unstated step counts
+    assert comm_fo.ours == "90.0% per step" and comm_aq.ours == "75.0% per step"
+    assert comm_fo.outcome == comm_aq.outcome == "not measurable here"
+    assert "unstated" in comm_fo.how
+    # 100 / 3000 = 0.033, but the activation is 47 % non-zero: not measurable
+    assert vs_zo.ours == "0.033" and vs_zo.outcome == "not measurable here" and "0.47" in vs_zo.how
+    assert b2.ours == "1.67x" and b2.outcome == "not measurable here" and "0.0837M parameters" in b2.how
     rows = {r["method"]: r for r in opt125m_rows(recs)}
     assert rows["sparq"]["tensor_sum_vs_fo"] == pytest.approx(0.6)
     assert rows["sparq"]["tensor_max_vs_fo"] == pytest.approx(1.0)
@@ -144,6 +158,7 @@ def test_sparq_memory_claims_use_the_sum_over_nodes():
     assert rows["aq-sgd"]["paper_mem_SST-2"] == "2+11" and rows["sparq"]["paper_mem_vs_fo_SST-2"] == 0.5
     assert rows["sparq"]["paper_comm_vs_fo_RTE"] == pytest.approx(2.6 / 15.7)
     assert rows["sparq"]["paper_mem_vs_fo_WIC"] == pytest.approx(2 / 3)
+    assert rows["zo-pipeline"]["paper_comm_SST-2"] == 3.1
 
 
 def test_sparq_opt125m_is_a_supporting_experiment():

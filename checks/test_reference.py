@@ -103,6 +103,10 @@ def test_sparq_table2_reproduces_the_papers_stated_savings():
     # the values themselves, from the table by hand: OPT-125M SST-2 1 - 0.5/1.1, ...
     assert s["comm_saving_vs_aq"] == pytest.approx(0.524, abs=5e-4)
     assert s["comm_saving_vs_fo"] == pytest.approx(0.791, abs=5e-4)
+    # SparQ / ZO-SGD: the median row is OPT-125M SST-2, 0.5 / 3.1; the mean ~ 0.20
+    assert s["comm_sparq_vs_zo_median"] == pytest.approx(0.5 / 3.1)
+    assert s["comm_sparq_vs_zo_mean"] == pytest.approx(0.201, abs=5e-4)
+    assert s["comm_aq_vs_fo_median"] == pytest.approx(1.1 / 2.8)  # OPT-125M SST-2 is the median row
 
 
 def test_clapping_glue_avg_column_is_the_mean_of_its_tasks():

@@ -34,7 +34,14 @@ from .stages import (  # noqa: E402
     model_info,
     split_model,
 )
-from .weights import ATTN_IMPLEMENTATION, INIT_STD, build_model, init_value, save_weights  # noqa: E402
+from .weights import (  # noqa: E402
+    ATTN_IMPLEMENTATION,
+    INIT_STD,
+    build_model,
+    init_value,
+    num_parameters,
+    save_weights,
+)
 
 __all__ = [
     "ATTN_IMPLEMENTATION",
@@ -55,6 +62,7 @@ __all__ = [
     "lm_loss",
     "max_stages",
     "model_info",
+    "num_parameters",
     "save_weights",
     "split_model",
 ]

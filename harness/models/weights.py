@@ -234,6 +234,11 @@ def save_weights(model: Any, path: str) -> None:
         model.save_pretrained(os.fspath(path))
 
 
+def num_parameters(name: str) -> int:
+    """Parameters of preset ``name``, counted on the meta device (nothing is allocated)."""
+    return sum(p.numel() for p in _meta_model(_preset(name).hf_config()).parameters())
+
+
 def build_model(name: str, *, seed: int, dtype: torch.dtype = torch.float32,
                 weights: str | None = None, device: torch.device | str = "cpu") -> Any:
     """Build preset ``name`` with deterministic weights (or pretrained ones).
