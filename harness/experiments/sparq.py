@@ -93,11 +93,11 @@ class TrainSet:
 
 
 def train_set(data: str, seq_len: int) -> TrainSet:
-    """The training set of ``data``: a labelled task's ``train_size`` samples, or a text corpus's
-    disjoint training windows of ``seq_len`` tokens (what one epoch visits); none for a stream."""
+    """The training set of ``data``: a labelled task's training rows, or a text corpus's disjoint
+    training windows of ``seq_len`` tokens (what one epoch visits); none for a stream."""
     ds = get_dataset(data)
-    if getattr(ds, "train_size", None):
-        return TrainSet(int(ds.train_size), f"{data} training samples")
+    if hasattr(ds, "texts"):
+        return TrainSet(len(ds.texts("train")[1]), f"{data} training rows")
     if hasattr(ds, "num_windows"):
         return TrainSet(ds.num_windows(seq_len, "train"), f"{data} train split in disjoint {seq_len}-token windows")
     return TrainSet(None, f"{data} is an endless stream (no training set)")
