@@ -127,7 +127,13 @@ def test_sparq_memory_claims_use_the_sum_over_nodes():
     """SparQ Table 2's memory is "total peak memory usage on two GPUs": the claims divide the SUM of
     the ranks' peaks; the per-node maximum is only reported beside it.  The numbers are chosen so
     that the two aggregates disagree on the verdict."""
-    from harness.experiments.sparq import Table2Setting, TrainSet, opt125m_rows, peak_tensor, table2_claims
+    from harness.experiments.sparq import (
+        Table2Setting,
+        TrainSet,
+        opt125m_rows,
+        peak_tensor,
+        table2_claims,
+    )
 
     recs = _sparq_recs()
     assert peak_tensor(recs["sparq"]) == (600.0, 500.0) and peak_tensor(recs["mezo"]) == (450.0, 450.0)

@@ -458,46 +458,44 @@ def memory_claims(recs: dict, s: Table2Setting, train: TrainSet, paper: dict, op
     b2_src = "App. B.2, Fig. 5 (OPT-1.3B to 13B on SST-2); abstract \"over 3x\""
     b2_criterion = f"FO-SGD total peak / SparQ total peak > {V.MEM_RATIO:g}; total = peak tensor bytes summed over the nodes"
     fo125 = opt125m["FO-SGD"]["memory"] / opt125m["SparQ-4Q-forward"]["memory"]
-    t_fo, t_aq, t_sq = (peak_tensor(r) for r in (fo, aq, sq))
-    if None in (t_fo, t_aq, t_sq):
-        why = "peak tensor bytes were not measured (run with memory='tensor' or 'pass')"
-        return [claim("sparq.memory-saving-vs-fo", "SparQ", mem_quote, src, mem_criterion, "", None, None, why),
-                claim("sparq.memory-vs-aq", "SparQ", aq_quote, src + "; abstract, §7", aq_criterion, "", None, None, why),
-                claim("sparq.memory-3x-fo-vs-zo", "SparQ", b2_quote, b2_src, b2_criterion, "", None, None, why)]
-    (fo_sum, fo_max), (aq_sum, aq_max), (sq_sum, sq_max) = t_fo, t_aq, t_sq
-    out = []
+    (fo_sum, fo_max), (aq_sum, aq_max), (sq_sum, sq_max) = (peak_tensor(r) or (None, None) for r in (fo, aq, sq))
+
+    def times(value):  # ours as text; "—" where not measured
+        return "—" if value is None else f"{value:.2f}x"
+
     v = V.memory_saving_vs_fo(fo_sum, sq_sum)
-    out.append(claim(
+    per_node = (f"the per-node maximum would give {1 - sq_max / fo_max:.1%} ({fo_max / sq_max:.2f}x); "
+                if v.value is not None else "")
+    out = [claim(
         "sparq.memory-saving-vs-fo", "SparQ", mem_quote, src, mem_criterion,
         f"{paper['mem_saving_vs_fo_min']:.0%} to {paper['mem_saving_vs_fo_max']:.0%} [50 %: {fo125:.1f}x]",
-        f"{v.value:.1%} ({fo_sum / sq_sum:.2f}x)", v.holds,
+        "—" if v.value is None else f"{v.value:.1%} ({fo_sum / sq_sum:.2f}x)", v.holds,
         f"peak tensor bytes summed over the ranks (SparQ Table 2's caption: \"total peak memory usage on "
-        f"two GPUs\"); the per-node maximum would give {1 - sq_max / fo_max:.1%} ({fo_max / sq_max:.2f}x); "
-        f"{where}", value=v.value))
-    # The buffers are the run's training set's (every rank's); Table 2 prints them apart ("GPU +
+        f"two GPUs\"); {per_node}{where}", precondition=v.precondition, value=v.value)]
+    # AQ-SGD's buffers are its run's training set's (every rank's); Table 2 prints them apart ("GPU +
     # storage"), so they leave the peak and come back as per-sample bytes x N.  If they were not
     # live at the peak this under-counts AQ-SGD: it cannot favour the claim.
-    buffers = _m(aq, "ef_state_bytes_total")
+    buffers, rank_buffers = _m(aq, "ef_state_bytes_total", 0.0), _m(aq, "ef_state_bytes_rank_max", 0.0)
     per_sample = buffers / s.aq_samples
     v = V.memory_vs_aq(aq_sum, buffers, per_sample, train.n, train.source, sq_sum)
-    n_star = V.aq_flip_n(aq_sum, buffers, per_sample, sq_sum)
-    flips = ("the verdict holds at any N" if n_star == 0 else f"the verdict flips at N* = {n_star:,.0f}")
-    rank_buffers = _m(aq, "ef_state_bytes_rank_max")
-    alt = ""
-    if train.n:
+    flips = alt = ""
+    if v.value is not None:
+        n_star = V.aq_flip_n(aq_sum, buffers, per_sample, sq_sum)
+        flips = "the verdict holds at any N; " if n_star == 0 else f"the verdict flips at N* = {n_star:,.0f}; "
         r_max = V.aq_memory_ratio(aq_max, rank_buffers, rank_buffers / s.aq_samples, train.n, sq_max)
         alt = f"with the per-node maximum instead of the sum: {r_max:.2f}x; "
     out.append(claim(
         "sparq.memory-vs-aq", "SparQ", aq_quote, src + "; abstract, §7", aq_criterion,
         f"{paper['mem_ratio_vs_aq_min']:.1f}x least [13x at SST-2's {SST2_TRAIN:,} training sentences]",
-        "—" if v.value is None else f"{v.value:.2f}x", v.holds,
+        times(v.value), v.holds,
         f"AQ-SGD: total peak tensor bytes less its {s.aq_samples}-sample buffers, plus {per_sample:,.0f} buffer "
-        f"bytes per sample (measured, all ranks) x N; {flips}; SparQ: total peak tensor bytes; {alt}{where}",
+        f"bytes per sample (measured, all ranks) x N; {flips}SparQ: total peak tensor bytes; {alt}{where}",
         precondition=v.precondition, value=v.value))
     v = V.fo_vs_zo_memory(fo_sum, sq_sum, num_parameters(s.model))
     out.append(claim(
         "sparq.memory-3x-fo-vs-zo", "SparQ", b2_quote, b2_src, b2_criterion,
-        f"> 3x at 1.3B-13B (Fig. 5); Table 2 OPT-125M/SST-2: {fo125:.1f}x", f"{v.value:.2f}x", v.holds,
+        f"> 3x at 1.3B-13B (Fig. 5); Table 2 OPT-125M/SST-2: {fo125:.1f}x",
+        times(v.value), v.holds,
         f"peak tensor bytes summed over the ranks, FO pipeline over SparQ; {where}",
         precondition=v.precondition, value=v.value))
     return out

@@ -69,10 +69,21 @@ def whole_run_saving(saved_per_step: float, threshold: float, steps_known: bool 
     return Verdict(saved_per_step, saved_per_step > threshold, step_counts(steps_known))
 
 
-def memory_saving_vs_fo(fo_total: float, sparq_total: float, threshold: float = MEM_SAVING_VS_FO) -> Verdict:
+def peaks_measured(*totals: float | None) -> Precondition:
+    """Memory verdicts need every method's total peak (a run with ``memory="tensor"`` or ``"pass"``)."""
+    ok = all(t is not None for t in totals)
+    return Precondition("peak tensor bytes measured on every rank of every method",
+                        "yes" if ok else "not measured (run with memory='tensor' or 'pass')", ok)
+
+
+def memory_saving_vs_fo(fo_total: float | None, sparq_total: float | None,
+                        threshold: float = MEM_SAVING_VS_FO) -> Verdict:
     """``1 - SparQ total peak / FO total peak`` (Table 2's "total peak memory usage on two GPUs")."""
+    pre = peaks_measured(fo_total, sparq_total)
+    if not pre.held:
+        return Verdict(None, None, pre)
     saved = 1 - sparq_total / fo_total
-    return Verdict(saved, saved >= threshold)
+    return Verdict(saved, saved >= threshold, pre)
 
 
 def aq_memory_ratio(aq_total: float, aq_window_buffers: float, per_sample: float, n: int,
@@ -96,12 +107,15 @@ def training_set(n: int | None, source: str) -> Precondition:
                         f"N = {n:,}, {source}" if n else f"none: {source}", bool(n))
 
 
-def memory_vs_aq(aq_total: float, aq_window_buffers: float, per_sample: float, n: int | None,
-                 n_source: str, sparq_total: float, threshold: float = MEM_RATIO) -> Verdict:
-    if not n:
-        return Verdict(None, None, training_set(n, n_source))
+def memory_vs_aq(aq_total: float | None, aq_window_buffers: float, per_sample: float, n: int | None,
+                 n_source: str, sparq_total: float | None, threshold: float = MEM_RATIO) -> Verdict:
+    pre = peaks_measured(aq_total, sparq_total)
+    if pre.held:
+        pre = training_set(n, n_source)
+    if not pre.held:
+        return Verdict(None, None, pre)
     ratio = aq_memory_ratio(aq_total, aq_window_buffers, per_sample, n, sparq_total)
-    return Verdict(ratio, ratio > threshold, training_set(n, n_source))
+    return Verdict(ratio, ratio > threshold, pre)
 
 
 def model_scale(num_params: int, minimum: float = B2_MIN_PARAMS) -> Precondition:
@@ -109,9 +123,12 @@ def model_scale(num_params: int, minimum: float = B2_MIN_PARAMS) -> Precondition
                         f"{num_params / 1e6:.3g}M parameters", num_params >= minimum)
 
 
-def fo_vs_zo_memory(fo_total: float, sparq_total: float, num_params: int,
+def fo_vs_zo_memory(fo_total: float | None, sparq_total: float | None, num_params: int,
                     threshold: float = MEM_RATIO) -> Verdict:
     """App. B.2: "The memory overhead for first-order methods is over 3x more than that for
     memory-efficient zeroth-order methods", measured on OPT-1.3B to 13B."""
-    ratio = fo_total / sparq_total
-    return Verdict(ratio, ratio > threshold, model_scale(num_params))
+    pre = peaks_measured(fo_total, sparq_total)
+    if pre.held:
+        pre = model_scale(num_params)
+    ratio = fo_total / sparq_total if fo_total is not None and sparq_total is not None else None
+    return Verdict(ratio, None if ratio is None else ratio > threshold, pre)
