@@ -1275,8 +1275,8 @@ EXPERIMENTS = [{'name': 'double-quant',
   'paper': True},
  {'name': 'sparq',
   'summary': 'SparQ Tables 1-2 shape: bits vs sparsity and bytes (tiny ReLU/GELU/SwiGLU); FO '
-             'pipeline vs AQ-SGD vs MeZO vs SparQ peak tensor memory and bytes (tiny-opt, '
-             'small-opt; batch 32, P = 5)',
+             'pipeline vs AQ-SGD vs MeZO vs ZO pipeline vs SparQ peak tensor memory and bytes '
+             '(tiny-opt, small-opt; batch 32, P = 5)',
   'paper': True},
  {'name': 'distzo2',
   'summary': 'DistZO2 Table 1 shape: ZO2 vs PertP vs DDP vs 2D speed-ups with their spread, the '
@@ -1301,8 +1301,9 @@ EXPERIMENTS = [{'name': 'double-quant',
   'paper': False},
  {'name': 'sparq-opt125m',
   'summary': 'SparQ Table 2 at the OPT-125M shape (M = 2, P = 5, batch 32, 4-bit, 1 step): FO '
-             'pipeline vs AQ-SGD vs MeZO vs SparQ peak tensor bytes (sum and max over nodes) and '
-             "payload bytes, beside the paper's OPT-125M rows; the memory verdict at this shape",
+             'pipeline vs AQ-SGD vs MeZO vs ZO pipeline vs SparQ peak tensor bytes (sum and max '
+             "over nodes) and payload bytes, beside the paper's OPT-125M rows; the memory verdict "
+             'at this shape',
   'paper': False},
  {'name': 'sparq-activations',
   'summary': "SparQ Fig. 2 on real weights: non-zero ratio of each layer's FFN activation after "
