@@ -23,16 +23,15 @@ RATIOS = {
 
 
 def _configs() -> dict:
-    from harness.experiments.sparq import ZO, methods_runs
+    from harness.experiments.sparq import Table2Setting, methods_runs
     from harness.registry import make_config
 
-    # SparQ Table 2's methods (FO pipeline, AQ-SGD, SparQ 4-bit, P = 5) at one FFN-activation cut
-    cut, runs = methods_runs("tiny-opt", backend="threads", **SMALL)
-    out = {name: cfg for name, cfg in runs if name != "mezo"}  # one rank: no bytes
-    sq = out["sparq"]
-    zo = dict(ZO, perturbations=5, mode="inplace", split=str(cut), bits=None, format="dense")
-    out["zo-dense"] = make_config("sparq", world_size=2, backend="threads", model=sq.model, data=sq.data,
-                                  seed=sq.seed, micro_batches=1, memory=sq.memory, params=zo, **SMALL)
+    # SparQ Table 2's methods (FO pipeline, AQ-SGD over epochs with raw first visits, the
+    # uncompressed ZO pipeline, SparQ 4-bit, P = 5) at one FFN-activation cut
+    s = Table2Setting("tiny-opt", steps=SMALL["steps"], batch=SMALL["batch_size"], seq=SMALL["seq_len"],
+                      backend="threads", memory="rss")
+    out = {name: cfg for name, cfg in methods_runs(s) if name != "mezo"}  # one rank: no bytes
+    out["zo-dense"] = out.pop("zo-pipeline")
     protocol = dict(model="tiny-llama", data="wiki-en", world_size=2, backend="threads", micro_batches=2,
                     **SMALL)
     out["protocol"] = make_config("protocol", params={"k": 8}, **protocol)
