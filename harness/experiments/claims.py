@@ -122,14 +122,6 @@ def slug(text: str) -> str:
     return re.sub(r"[^a-z0-9]+", "-", text.lower()).strip("-")
 
 
-def outcome(holds: bool | None, precondition: Precondition | None = None) -> str:
-    """The row's outcome from a verdict and its precondition: a failed precondition is "not
-    measurable here" whatever the verdict; ``holds`` None (undecided) is too."""
-    if precondition is not None and not precondition.held:
-        return NOT_MEASURABLE
-    return {True: SUPPORTED, False: NOT_SUPPORTED, None: NOT_MEASURABLE}[holds]
-
-
 def _gate(holds: bool | None, how: str, pre: Precondition | None) -> tuple[bool | None, str]:
     """A failed precondition makes any verdict "not measurable here", saying which and what was
     measured; a held one is printed beside the verdict."""
