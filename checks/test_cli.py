@@ -296,10 +296,10 @@ def test_an_unwritable_record_is_saved_elsewhere_and_named(tmp_path, monkeypatch
 
     target = tmp_path / "r.json"
 
-    def flaky(record, path):  # the target became unwritable during the run
+    def flaky(record, path, **kw):  # the target became unwritable during the run
         if Path(path) == target:
             raise PermissionError(13, "Permission denied")
-        return real(record, path)
+        return real(record, path, **kw)
 
     monkeypatch.setattr(harness.results, "write_result", flaky)
     code = main(["run", "fo-sgd", "--steps", "2", "--set", "seq_len=8", "--set", "batch_size=2",
