@@ -297,6 +297,9 @@ def _run_processes(cfg: RunConfig, progress: ProgressFn | None):
                 stop_watchdog(watchdog)
 
 
+REPORT_GRACE_S = 1.0
+
+
 def _supervise(cfg: RunConfig, run_dir: Path, procs, progress: ProgressFn | None) -> None:
     # No limit on a healthy run unless the user set one: every wait of the
     # ranks is bounded by the communication timeout, so a stuck run ends anyway.
@@ -304,9 +307,15 @@ def _supervise(cfg: RunConfig, run_dir: Path, procs, progress: ProgressFn | None
     deadline = None if limit is None else time.monotonic() + limit
     shown = 0
     prog_file = run_dir / f"progress{cfg.world_size - 1}.json"
+    first_report = None  # when the first rankN.error.json was seen
     while True:
         codes = [p.poll() for p in procs]
-        if any(c not in (0, None) for c in codes):
+        if first_report is None and any(run_dir.glob("rank*.error.json")):
+            first_report = time.monotonic()
+        # a rank's report is acted on without waiting for its teardown (closing a group can
+        # take the whole timeout); the short grace lets the reports of the same moment arrive
+        reported = first_report is not None and time.monotonic() - first_report > REPORT_GRACE_S
+        if reported or any(c not in (0, None) for c in codes):
             exited = {r for r, c in enumerate(codes) if c not in (0, None)}  # before we kill the rest
             _kill(procs)
             raise _root_cause(run_dir, procs, exited)
