@@ -328,6 +328,47 @@ def test_decoders_refuse_size_bombs_under_an_address_space_limit():
     assert math.prod(_BOMB_SHAPES[0]) >= 2**32 - 1 and min(len(r) for _, r in bombs) <= 30
 
 
+_SPARSE_FAMILIES = (
+    (FAMILY_SPARSE, struct.pack("<BBBI", 0, 0, 2, 0), 0),
+    (FAMILY_TOPK, struct.pack("<BBBI", 0, 0, 2, 0), 0),
+    (FAMILY_RANDK, struct.pack("<BBBI", 0, 0, 2, 0), 0),
+    (FAMILY_QCHANNEL, struct.pack("<BBBI", 4, 3, 2, 0), 2),
+    (FAMILY_SPARSE_QSTOCH, struct.pack("<BfI", 4, 0.0, 0), 0),
+)
+
+
+@pytest.mark.parametrize("shape", [(2**24,), (2**12, 2**14), (2**28 - 1,)])
+@pytest.mark.parametrize("fam,params,body", _SPARSE_FAMILIES, ids=[str(f[0]) for f in _SPARSE_FAMILIES])
+def test_sparse_decoders_check_the_element_count_against_the_payload_before_allocating(shape, fam, params,
+                                                                                      body, monkeypatch):
+    # under the 1 GiB bound, over what ~27 bytes can stand for: refused before any allocation
+    import algorithms.codecs._core as core
+
+    head = build_header(fam, torch.float32, shape, params)
+    t = torch.frombuffer(bytearray(head + bytes(body)), dtype=torch.uint8)
+    seal(t)
+    allocated = []
+    real_zeros = torch.zeros
+    monkeypatch.setattr(torch, "zeros", lambda *a, **k: allocated.append(a) or real_zeros(*a, **k))
+    with pytest.raises(CodecError, match="per byte"):
+        decode(bytes(t.tolist()))
+    assert len(t) <= 32 and allocated == [] and core.MAX_ELEMENTS_PER_BYTE * len(t) < math.prod(shape)
+
+
+@pytest.mark.parametrize("spec", ["sparse", "sparse:format=coo", "qchannel:bits=4,format=coo",
+                                  "sparse-qstoch:bits=4", "topk:k=1,format=coo"])
+def test_encoders_refuse_what_receivers_would_refuse_and_send_the_rest(spec):
+    from algorithms.codecs._core import MAX_ELEMENTS_PER_BYTE
+
+    codec = make_codec(spec)
+    ok = torch.zeros(50_000)
+    ok[7] = 1.0
+    assert decode(codec.encode(ok).data).shape == ok.shape
+    big = torch.zeros(40 * MAX_ELEMENTS_PER_BYTE)
+    with pytest.raises(CodecError, match="elements per byte"):
+        codec.encode(big)
+
+
 def test_non_finite_scales_are_refused_by_every_scaled_decoder():
     for delta in (float("nan"), float("inf"), -float("inf")):
         for fam, params, body in ((FAMILY_QSTOCH, struct.pack("<Bf", 4, delta), bytes(2)),
