@@ -120,6 +120,10 @@ _GLOO_CASES = (
     ("no end marker", [_header(3), b"abcde"]),
     ("a body where a header is due", [b"abc" * 100 + FRAME_END]),
     ("long header, the most gloo lets us see", [_header(3) + bytes(HEADER_SLACK)]),
+    # extra bytes equal to what a fixed guard would be: the guard is random, so still caught
+    ("long body of 0xA5", [_header(3), b"abc" + FRAME_END + bytes([0xA5] * 8)]),
+    ("long body by one byte", [_header(3), b"abc" + FRAME_END + b"\x00"]),
+    ("long header of 0xA5", [_header(3) + bytes([0xA5] * 8)]),
 )
 
 
@@ -160,6 +164,28 @@ def test_gloo_malformed_frames_are_comm_errors_not_aborts():
     for (name, _), msg in zip(_GLOO_CASES, res, strict=False):
         assert "rank 1" in msg and "rank 0" in msg, (name, msg)
     assert res[len(_GLOO_CASES):] == [[0, 1, 2, 3, 4], True]
+
+
+def _gloo_gather_bomb(comm):
+    # rank 1 declares a result far above max_frame_bytes in the gather's size exchange
+    import torch.distributed as dist
+
+    if comm.rank == 1:
+        sizes = [torch.empty(1, dtype=torch.int64) for _ in range(2)]
+        dist.all_gather(sizes, torch.tensor([2**33], dtype=torch.int64))
+        return "sent"
+    try:
+        comm.gather_bytes(b"x" * 10)
+        return "no error"
+    except CommError as e:
+        return f"CommError: {e}"
+
+
+@pytest.mark.gloo
+def test_gloo_gather_bounds_a_peer_s_declared_size_as_a_comm_error():
+    res = run_gloo(2, _gloo_gather_bomb, timeout_s=30)
+    assert res[0].startswith("CommError:") and "rank 1 declared a result of 8589934592 bytes" in res[0], res
+    assert "--max-frame-bytes" in res[0], res
 
 
 def _gloo_too_long(comm):
