@@ -145,6 +145,13 @@ class CodecError(ValueError):
     """Malformed, truncated or corrupted payload, or a bad codec parameter."""
 
 
+class NonFiniteInput(CodecError):
+    """A tensor to encode holds NaN or infinity: in a training run, a sign that it diverged
+    (``nonfinite``: what the harness looks for, without importing the codecs)."""
+
+    nonfinite = True
+
+
 @dataclass(frozen=True, eq=False)
 class Payload:
     """The bytes that travel: a 1-D, contiguous, CPU ``uint8`` tensor.
@@ -448,7 +455,7 @@ def check_finite(x: torch.Tensor, codec: str) -> None:
     if x.is_floating_point() and x.numel():
         mn, mx = torch.aminmax(x.reshape(-1))
         if not (math.isfinite(float(mn)) and math.isfinite(float(mx))):
-            raise CodecError(f"{codec}: input contains NaN or infinity")
+            raise NonFiniteInput(f"{codec}: input contains NaN or infinity")
 
 
 def make_payload(header: bytes, body_nbytes: int) -> tuple[torch.Tensor, torch.Tensor]:

@@ -63,6 +63,7 @@ from ._core import (
     Codec,
     CodecError,
     Header,
+    NonFiniteInput,
     Payload,
     build_header,
     check_body_length,
@@ -165,7 +166,7 @@ def _qstoch_scale(x: torch.Tensor, bits: int) -> _QScale:
         mn, mx = torch.aminmax(xc)  # NaN propagates
         m = max(-float(mn), float(mx))
     if not math.isfinite(m):
-        raise CodecError("qstoch: input contains NaN or infinity")
+        raise NonFiniteInput("qstoch: input contains NaN or infinity")
     if m == 0.0:
         return _QScale(xc, 0.0, 0.0, offset, plan)
     delta64 = m / L
@@ -424,7 +425,7 @@ def fixpoint_scales(x: torch.Tensor, tensor_granularity: bool = False) -> torch.
         x2 = x2.to(cd)
     a = _absmax_channels(x2)  # NaN propagates through amax / amin
     if not bool(torch.isfinite(a).all()):
-        raise CodecError("qchannel: input contains NaN or infinity")
+        raise NonFiniteInput("qchannel: input contains NaN or infinity")
     s16 = a.to(torch.float16)
     if not bool(torch.isfinite(s16).all()):
         raise CodecError(
