@@ -289,3 +289,70 @@ def test_two_concurrent_runs_on_one_out_lose_no_result(tmp_path):
         assert all(json.loads((tmp_path / f).read_text())["algorithm"] == "fo-sgd" for f in records)
     else:  # the second started after the first had written: refused before running
         assert records == ["r.json"]
+
+
+# --------------------------------------------------------------------------- an interrupted reproduce
+def _stub_experiment(monkeypatch, run):
+    import harness.experiments.runner as runner
+    from harness.experiments.registry import Experiment
+
+    monkeypatch.setattr(runner, "get_experiment", lambda name: Experiment(name, "stub", run, paper=False))
+
+
+def test_a_reproduce_stopped_half_way_leaves_its_directory_marked_and_unread(tmp_path, a_record, monkeypatch,
+                                                                          capsys):
+    from harness.experiments.runner import run_experiments
+    from harness.results.files import INCOMPLETE
+
+    out = tmp_path / "exports"
+    (out / "stub" / "runs").mkdir(parents=True)
+    (out / "claims.md").write_text("an earlier, complete set's claims")
+    (out / "stub" / "runs" / "r.json").write_bytes(a_record.read_bytes())
+
+    def half_then_ctrl_c(scale, out_dir, quiet):
+        (out_dir / "stub" / "runs" / "r.json").write_bytes(a_record.read_bytes())  # part-new records
+        raise KeyboardInterrupt
+
+    _stub_experiment(monkeypatch, half_then_ctrl_c)
+    with pytest.raises(KeyboardInterrupt):
+        run_experiments("stub", scale="tiny", out_dir=out, quiet=True)
+    assert (out / INCOMPLETE).is_file()
+    capsys.readouterr()
+    for args in (["table", str(out / "stub" / "runs")], ["table", str(out / "stub" / "runs" / "r.json")],
+                 ["compare", str(out / "stub" / "runs"), str(a_record.parent)]):
+        line = _one_line_exit_2(capsys, main(args))
+        assert INCOMPLETE in line and "unfinished" in line, line
+
+    # a run that finishes removes the mark
+    _stub_experiment(monkeypatch, lambda scale, out_dir, quiet: [])
+    run_experiments("stub", scale="tiny", out_dir=out, quiet=True)
+    assert not (out / INCOMPLETE).exists()
+    assert main(["table", str(out / "stub" / "runs"), "--format", "md"]) == 0
+
+
+def test_ctrl_c_stops_reproduce_promptly_with_a_message(tmp_path):
+    import signal
+    import time
+
+    out = tmp_path / "exports"
+    p = subprocess.Popen([sys.executable, "-m", "harness.cli", "reproduce", "clapping", "--out-dir", str(out),
+                          "--quiet"], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                         start_new_session=True)
+    try:
+        end = time.monotonic() + 120
+        while not (out / "INCOMPLETE").exists():  # polling with a deadline: the run has begun
+            assert p.poll() is None and time.monotonic() < end, p.communicate()
+            time.sleep(0.1)
+        time.sleep(3)
+        t0 = time.monotonic()
+        os.kill(p.pid, signal.SIGINT)
+        _, err = p.communicate(timeout=60)
+        took = time.monotonic() - t0
+    finally:
+        if p.poll() is None:
+            p.kill()
+    lines = [ln for ln in err.splitlines() if ln.strip()]
+    assert p.returncode == 130 and len(lines) == 1, err
+    assert "interrupted by SIGINT" in lines[0] and "INCOMPLETE" in lines[0], lines
+    assert took < 20, took  # a bound on waiting (seconds, not the 45 s of a communication timeout)
+    assert (out / "INCOMPLETE").is_file()

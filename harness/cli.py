@@ -339,7 +339,11 @@ def cmd_reproduce(args) -> int:
     check_dir_target(args.out_dir)
     from .experiments import run_experiments
 
-    run_experiments(args.paper, scale=args.scale, out_dir=Path(args.out_dir), quiet=args.quiet)
+    try:
+        run_experiments(args.paper, scale=args.scale, out_dir=Path(args.out_dir), quiet=args.quiet)
+    except KeyboardInterrupt as e:
+        e.args = (f"{str(e) or 'interrupted by SIGINT'}; {args.out_dir} is marked INCOMPLETE (a partial set)",)
+        raise
     return 0
 
 
@@ -487,6 +491,7 @@ def _loaded(module: str, name: str) -> tuple[type, ...]:
 
 
 def main(argv: list[str] | None = None) -> int:
+    argv_given = argv
     argv = sys.argv[1:] if argv is None else argv
     parser = make_parser()
     if not argv:
@@ -499,8 +504,13 @@ def main(argv: list[str] | None = None) -> int:
         print(f"commbench: error: {str(e).removeprefix('commbench: ')}", file=sys.stderr)
         return EXIT_BAD_INPUT
     except KeyboardInterrupt as e:  # launcher.Interrupted says which signal and what was removed
-        print(f"commbench: {e or 'interrupted'}", file=sys.stderr)
-        return 128 + getattr(e, "signum", 2)
+        print(f"commbench: {str(e) or 'interrupted by SIGINT'}", file=sys.stderr)
+        code = 128 + getattr(e, "signum", 2)
+        if argv_given is None:  # the program itself: the cleanups ran; exit now, not after
+            sys.stdout.flush()  # rank threads left computing release the interpreter
+            sys.stderr.flush()
+            os._exit(code)
+        return code
     except Exception as e:
         failed = _loaded("harness.comm.base", "RankFailed") + _loaded("harness.netns", "NetnsError")
         if isinstance(e, failed):

@@ -206,6 +206,25 @@ def read_result(path: str | os.PathLike) -> ResultRecord:
     return ResultRecord.from_dict(d, source=src)
 
 
+#: Left in an export directory by a `commbench reproduce` that has not finished (stopped, failed):
+#: its records, tables and claims may mix that run's and an earlier one's, so reads refuse them.
+INCOMPLETE = "INCOMPLETE"
+
+
+def check_complete(path: str | os.PathLike, levels: int = 3) -> None:
+    """ResultError when ``path`` lies in (or up to ``levels`` directories below) a directory
+    marked :data:`INCOMPLETE`."""
+    p = Path(os.path.abspath(path))
+    d = p if p.is_dir() else p.parent
+    for _ in range(levels + 1):
+        if (d / INCOMPLETE).is_file():
+            raise ResultError(f"{path}: {d} holds an unfinished `commbench reproduce` (see its {INCOMPLETE} "
+                              "file): its records, tables and claims may mix two runs; re-run it")
+        if d.parent == d:
+            break
+        d = d.parent
+
+
 def read_results(paths_or_dirs: str | os.PathLike | Iterable[str | os.PathLike]
                  ) -> list[ResultRecord]:
     """Read several results; a directory contributes its ``*.json`` files, sorted by name.
@@ -217,6 +236,8 @@ def read_results(paths_or_dirs: str | os.PathLike | Iterable[str | os.PathLike]
     out: list[ResultRecord] = []
     for p in paths_or_dirs:
         p = Path(p)
+        if p.exists():
+            check_complete(p)
         if p.is_dir():
             files = sorted(f for f in p.glob("*.json")
                            if f.is_file() and not f.name.startswith("."))
