@@ -204,6 +204,14 @@ BAD_INPUTS = [  # (issue 15's list first) args, needle
     (["run", "fo-sgd", "--max-frame-bytes", "1e6"], "invalid int value: '1e6'"),
     (["run", "fo-sgd", "--set", "max_frame_bytes=1.5"], "max_frame_bytes=1.5: expected int"),
     (["describe", "spraq"], "did you mean 'sparq'"),
+    # rates tc and the pacer cannot shape: refused up front, naming the range
+    (["run", "pipeline-sgd", "--bandwidth", "1bit"], "outside the accepted range 1kbit .. 100gbit"),
+    (["run", "pipeline-sgd", "--bandwidth", "0.0001bit"], "outside the accepted range 1kbit .. 100gbit"),
+    (["run", "pipeline-sgd", "--bandwidth", "100000gbit"], "outside the accepted range 1kbit .. 100gbit"),
+    (["run", "pipeline-sgd", "--net", "netns", "--bandwidth", "1bit"], "outside the accepted range"),
+    # memory a rank would need, and data the model cannot read: before any rank starts
+    (["run", "aq-sgd", "--set", "dataset_size=1000000000000"], "GiB of per-sample activation memory"),
+    (["run", "pipeline-sgd", "--data", "sklearn-digits"], "is a feature table, not token data"),
 ]
 
 
@@ -296,10 +304,10 @@ def test_an_unwritable_record_is_saved_elsewhere_and_named(tmp_path, monkeypatch
 
     target = tmp_path / "r.json"
 
-    def flaky(record, path):  # the target became unwritable during the run
+    def flaky(record, path, **kw):  # the target became unwritable during the run
         if Path(path) == target:
             raise PermissionError(13, "Permission denied")
-        return real(record, path)
+        return real(record, path, **kw)
 
     monkeypatch.setattr(harness.results, "write_result", flaky)
     code = main(["run", "fo-sgd", "--steps", "2", "--set", "seq_len=8", "--set", "batch_size=2",
@@ -425,3 +433,11 @@ def test_help_list_and_describe_do_not_import_torch(argv):
     assert "harness.cli" in mods  # the path really ran
     heavy = [m for m in mods if m.split(".")[0] in ("torch", "transformers", "numpy", "algorithms")]
     assert heavy == []
+
+
+def test_a_diverging_parameter_server_run_says_diverged_not_codec_error(tmp_path, capsys):
+    out = tmp_path / "r.json"
+    code = main(["run", "asylpg", "--set", "lr=1e30", "--steps", "20", "--quiet", "--out", str(out)])
+    err = capsys.readouterr().err.strip().splitlines()
+    assert code == 1 and len(err) == 1, err
+    assert "diverged" in err[0] and "failed: CodecError" not in err[0] and not out.exists(), err

@@ -58,6 +58,21 @@ def test_a_blocked_rank_thread_is_named_not_the_rank_that_timed_out(world, block
     assert f"recv from rank {blocked} timed out after 0.5 s" in msg or "timed out after 0.5 s" in msg
 
 
+@pytest.mark.parametrize("load,named", [(64.0, True), (0.0, False)])
+def test_a_stall_under_overload_mentions_the_load(load, named, monkeypatch):
+    # a starved live rank and a stalled one look alike: the message says when the machine is overloaded
+    monkeypatch.setattr(os, "getloadavg", lambda: (load, load, load))
+    release = threading.Event()
+    try:
+        with pytest.raises(RankFailed) as info:
+            run_threads(2, _blocked_chain(2, 1, release), timeout_s=0.5)
+    finally:
+        release.set()
+    msg = str(info.value)
+    assert "stopped making progress" in msg
+    assert ("overloaded (load average 64.0 on" in msg) == named, msg
+
+
 def test_a_timeout_without_a_stalled_rank_says_so():
     def prog(comm):  # every rank waits for the other: a deadlock, nobody to blame
         comm.recv(1 - comm.rank)

@@ -227,3 +227,27 @@ def test_a_stopped_gloo_rank_is_named_not_the_one_that_waited(stopped):
     finally:
         if p.poll() is None:
             p.kill()
+
+
+def test_a_rank_stopped_before_the_group_forms_is_named():
+    # stopped while it starts (importing torch takes seconds): it never joins the process group
+    p = _start("--world-size", "3", timeout=6)
+    try:
+        pid = _poll(lambda: _ranks_of(p.pid).get(1), "rank 1 to start")
+        os.kill(pid, signal.SIGSTOP)
+        code, err = _finish(p)
+        assert code == 1, err
+        line = _one_clear_line(err)
+        assert "rank 1 failed: stopped making progress" in line, line
+        assert "to join the process group" in line, line
+        _assert_nothing_left(p.pid)
+    finally:
+        if p.poll() is None:
+            p.kill()
+
+
+def test_a_stall_message_mentions_the_load_when_it_exceeds_the_cores():
+    from harness.comm.progress_board import load_note
+
+    assert load_note(load=35.0, cores=8).startswith("; the machine is overloaded (load average 35.0 on 8 cores)")
+    assert load_note(load=3.0, cores=8) == ""

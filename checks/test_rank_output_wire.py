@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import struct
+import zlib
 
 import pytest
 import torch
@@ -52,21 +53,30 @@ def test_a_diverged_loss_survives():
     assert str(back.history["loss"]) == "[nan, inf]"
 
 
+_FIXED = len(MAGIC) + 12  # magic, u64 header length, u32 CRC-32
+
+
+def _framed(h: bytes, rest: bytes) -> bytes:
+    """A well-checksummed output around a (crafted) header and body."""
+    return MAGIC + struct.pack("<QI", len(h), zlib.crc32(h + rest)) + h + rest
+
+
 def _with_header(edit, body: bytes | None = None) -> bytes:
     data = encode(_output(0, [(2, 3)], {"loss": [1.0]}, {}))
     (n,) = struct.unpack_from("<Q", data, len(MAGIC))
-    head = json.loads(data[len(MAGIC) + 8:len(MAGIC) + 8 + n])
+    head = json.loads(data[_FIXED:_FIXED + n])
     edit(head)
     h = json.dumps(head).encode()
-    rest = data[len(MAGIC) + 8 + n:] if body is None else body
-    return MAGIC + struct.pack("<Q", len(h)) + h + rest
+    rest = data[_FIXED + n:] if body is None else body
+    return _framed(h, rest)
 
 
 @pytest.mark.parametrize("data,match", [
     (b"", "bad magic"),
     (b"\x80\x04K\x01.", "bad magic"),  # a pickle
-    (MAGIC + struct.pack("<Q", 2**60), "exceeds"),
-    (MAGIC + struct.pack("<Q", 3) + b"{x}", "not JSON"),
+    (MAGIC + struct.pack("<QI", 2**60, 0), "exceeds"),
+    (_framed(b"{x}", b""), "not JSON"),
+    (MAGIC + struct.pack("<QI", 3, 0) + b"{x}", "checksum"),
     (_with_header(lambda h: h.update(rank=2)), "claims to be rank 2"),
     (_with_header(lambda h: h.update(params=[[0, [2**20, 2**20]]])), "more than the 24 body bytes"),
     (_with_header(lambda h: h.update(params=[[0, [0, 2**70]]])), "dimension over"),
@@ -82,3 +92,12 @@ def _with_header(edit, body: bytes | None = None) -> bytes:
 def test_malformed_bytes_are_a_clear_error(data, match):
     with pytest.raises(RankOutputError, match=match):
         decode(data, 1)
+
+
+def test_every_bit_flip_is_an_error_never_another_value():
+    data = encode(_output(0, [(2, 3)], {"loss": [1.0, 0.5]}, {"x": (2.0, "s")}))
+    for bit in range(8 * len(data)):
+        flipped = bytearray(data)
+        flipped[bit // 8] ^= 1 << (bit % 8)
+        with pytest.raises(RankOutputError):
+            decode(bytes(flipped), 1)

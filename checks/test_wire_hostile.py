@@ -120,6 +120,10 @@ _GLOO_CASES = (
     ("no end marker", [_header(3), b"abcde"]),
     ("a body where a header is due", [b"abc" * 100 + FRAME_END]),
     ("long header, the most gloo lets us see", [_header(3) + bytes(HEADER_SLACK)]),
+    # extra bytes equal to what a fixed guard would be: the guard is random, so still caught
+    ("long body of 0xA5", [_header(3), b"abc" + FRAME_END + bytes([0xA5] * 8)]),
+    ("long body by one byte", [_header(3), b"abc" + FRAME_END + b"\x00"]),
+    ("long header of 0xA5", [_header(3) + bytes([0xA5] * 8)]),
 )
 
 
@@ -160,6 +164,28 @@ def test_gloo_malformed_frames_are_comm_errors_not_aborts():
     for (name, _), msg in zip(_GLOO_CASES, res, strict=False):
         assert "rank 1" in msg and "rank 0" in msg, (name, msg)
     assert res[len(_GLOO_CASES):] == [[0, 1, 2, 3, 4], True]
+
+
+def _gloo_gather_bomb(comm):
+    # rank 1 declares a result far above max_frame_bytes in the gather's size exchange
+    import torch.distributed as dist
+
+    if comm.rank == 1:
+        sizes = [torch.empty(1, dtype=torch.int64) for _ in range(2)]
+        dist.all_gather(sizes, torch.tensor([2**33], dtype=torch.int64))
+        return "sent"
+    try:
+        comm.gather_bytes(b"x" * 10)
+        return "no error"
+    except CommError as e:
+        return f"CommError: {e}"
+
+
+@pytest.mark.gloo
+def test_gloo_gather_bounds_a_peer_s_declared_size_as_a_comm_error():
+    res = run_gloo(2, _gloo_gather_bomb, timeout_s=30)
+    assert res[0].startswith("CommError:") and "rank 1 declared a result of 8589934592 bytes" in res[0], res
+    assert "--max-frame-bytes" in res[0], res
 
 
 def _gloo_too_long(comm):
@@ -326,6 +352,47 @@ def test_decoders_refuse_size_bombs_under_an_address_space_limit():
     for (name, raw), line in zip(bombs, lines, strict=True):
         assert line.split()[0] == name and line.split()[1] == "CodecError", (len(raw), line)
     assert math.prod(_BOMB_SHAPES[0]) >= 2**32 - 1 and min(len(r) for _, r in bombs) <= 30
+
+
+_SPARSE_FAMILIES = (
+    (FAMILY_SPARSE, struct.pack("<BBBI", 0, 0, 2, 0), 0),
+    (FAMILY_TOPK, struct.pack("<BBBI", 0, 0, 2, 0), 0),
+    (FAMILY_RANDK, struct.pack("<BBBI", 0, 0, 2, 0), 0),
+    (FAMILY_QCHANNEL, struct.pack("<BBBI", 4, 3, 2, 0), 2),
+    (FAMILY_SPARSE_QSTOCH, struct.pack("<BfI", 4, 0.0, 0), 0),
+)
+
+
+@pytest.mark.parametrize("shape", [(2**24,), (2**12, 2**14), (2**28 - 1,)])
+@pytest.mark.parametrize("fam,params,body", _SPARSE_FAMILIES, ids=[str(f[0]) for f in _SPARSE_FAMILIES])
+def test_sparse_decoders_check_the_element_count_against_the_payload_before_allocating(shape, fam, params,
+                                                                                      body, monkeypatch):
+    # under the 1 GiB bound, over what ~27 bytes can stand for: refused before any allocation
+    import algorithms.codecs._core as core
+
+    head = build_header(fam, torch.float32, shape, params)
+    t = torch.frombuffer(bytearray(head + bytes(body)), dtype=torch.uint8)
+    seal(t)
+    allocated = []
+    real_zeros = torch.zeros
+    monkeypatch.setattr(torch, "zeros", lambda *a, **k: allocated.append(a) or real_zeros(*a, **k))
+    with pytest.raises(CodecError, match="per byte"):
+        decode(bytes(t.tolist()))
+    assert len(t) <= 32 and allocated == [] and core.MAX_ELEMENTS_PER_BYTE * len(t) < math.prod(shape)
+
+
+@pytest.mark.parametrize("spec", ["sparse", "sparse:format=coo", "qchannel:bits=4,format=coo",
+                                  "sparse-qstoch:bits=4", "topk:k=1,format=coo"])
+def test_encoders_refuse_what_receivers_would_refuse_and_send_the_rest(spec):
+    from algorithms.codecs._core import MAX_ELEMENTS_PER_BYTE
+
+    codec = make_codec(spec)
+    ok = torch.zeros(50_000)
+    ok[7] = 1.0
+    assert decode(codec.encode(ok).data).shape == ok.shape
+    big = torch.zeros(40 * MAX_ELEMENTS_PER_BYTE)
+    with pytest.raises(CodecError, match="elements per byte"):
+        codec.encode(big)
 
 
 def test_non_finite_scales_are_refused_by_every_scaled_decoder():

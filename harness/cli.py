@@ -184,11 +184,11 @@ def cmd_run(args) -> int:
 
     cfg = build_config(args)
     out = Path(args.out) if args.out else _default_out(cfg)
-    check_file_target(out)  # before the run: a run must not end in "cannot write"
+    # before the run: a run must not end in "cannot write", nor replace another run's record
+    stamp = check_file_target(out, existing="replace" if args.force else "refuse")
 
     from . import progress
     from .reporting import print_table, records_to_table
-    from .results import write_result
 
     if _under_torchrun() and cfg.backend != "threads":
         from .rank_entry import run_rank
@@ -196,23 +196,40 @@ def cmd_run(args) -> int:
         if int(os.environ["WORLD_SIZE"]) != cfg.world_size:
             raise UsageError(f"--world-size {cfg.world_size} differs from torchrun's WORLD_SIZE "
                              f"{os.environ['WORLD_SIZE']}")
-        record = run_rank(cfg, out if int(os.environ["RANK"]) == 0 else None)
+        record = run_rank(cfg, None)  # rank 0 returns the record, the others None
     else:
         record = progress.run(cfg, args.quiet)
-        try:
-            write_result(record, out)
-        except OSError as e:  # the target changed during the run: keep the record anyway
-            from .outpaths import rescue_path
-
-            saved = write_result(record, rescue_path(out))
-            print(f"commbench: error: cannot write {out} ({e.strerror or e}); the record was saved to "
-                  f"{saved}", file=sys.stderr)
-            return EXIT_RUN_FAILED
     if record is not None:
+        code = _save_record(record, out, stamp)
+        if code:
+            return code
         if not args.quiet:
             print_table(records_to_table([record]))
         print(f"result: {out}")
     return 0
+
+
+def _save_record(record, out: Path, stamp) -> int:
+    """Write the run's record at ``out`` unless another process wrote there during the run
+    (then beside it), or at a rescue path when ``out`` became unwritable; 0 when at ``out``."""
+    from . import results
+    from .outpaths import beside, rescue_path
+
+    try:
+        results.write_result(record, out, expect=stamp)
+        return 0
+    except results.OutputChanged:  # another run wrote there after this one looked: keep both
+        try:
+            saved = results.write_result(record, beside(out), expect=None)
+        except OSError:
+            saved = results.write_result(record, rescue_path(out), expect=None)
+        print(f"commbench: error: {out} was written by another process during this run and is kept; "
+              f"this run's record was saved to {saved}", file=sys.stderr)
+    except OSError as e:  # the target changed during the run: keep the record anyway
+        saved = results.write_result(record, rescue_path(out))
+        print(f"commbench: error: cannot write {out} ({e.strerror or e}); the record was saved to "
+              f"{saved}", file=sys.stderr)
+    return EXIT_RUN_FAILED
 
 
 # --------------------------------------------------------------------------- table
@@ -322,7 +339,11 @@ def cmd_reproduce(args) -> int:
     check_dir_target(args.out_dir)
     from .experiments import run_experiments
 
-    run_experiments(args.paper, scale=args.scale, out_dir=Path(args.out_dir), quiet=args.quiet)
+    try:
+        run_experiments(args.paper, scale=args.scale, out_dir=Path(args.out_dir), quiet=args.quiet)
+    except KeyboardInterrupt as e:
+        e.args = (f"{str(e) or 'interrupted by SIGINT'}; {args.out_dir} is marked INCOMPLETE (a partial set)",)
+        raise
     return 0
 
 
@@ -402,8 +423,11 @@ def make_parser() -> argparse.ArgumentParser:
     r.add_argument("--set", action="append", metavar="KEY=VALUE",
                    help="override a run field (batch_size, seq_len, ...) or an algorithm parameter "
                         "(commbench describe ALGO); repeatable, applied before validation")
-    r.add_argument("--out", help="result file, checked for writability before the run "
+    r.add_argument("--out", help="result file, checked before the run: a regular file name (no device, "
+                   "FIFO or socket; a link is followed) that does not exist yet "
                    "(default: results/runs/<algorithm>-<model>-w<N>-<backend>-<time>.json)")
+    r.add_argument("--force", action="store_true",
+                   help="replace an existing --out file (never one another run writes during this one)")
     r.add_argument("--net", choices=NETS, help="pacer: --bandwidth paced by the Comm (any user); "
                    "netns: one network namespace per rank, shaped by the kernel (root) "
                    f"(default: {d['net']})")
@@ -467,6 +491,7 @@ def _loaded(module: str, name: str) -> tuple[type, ...]:
 
 
 def main(argv: list[str] | None = None) -> int:
+    argv_given = argv
     argv = sys.argv[1:] if argv is None else argv
     parser = make_parser()
     if not argv:
@@ -479,8 +504,13 @@ def main(argv: list[str] | None = None) -> int:
         print(f"commbench: error: {str(e).removeprefix('commbench: ')}", file=sys.stderr)
         return EXIT_BAD_INPUT
     except KeyboardInterrupt as e:  # launcher.Interrupted says which signal and what was removed
-        print(f"commbench: {e or 'interrupted'}", file=sys.stderr)
-        return 128 + getattr(e, "signum", 2)
+        print(f"commbench: {str(e) or 'interrupted by SIGINT'}", file=sys.stderr)
+        code = 128 + getattr(e, "signum", 2)
+        if argv_given is None:  # the program itself: the cleanups ran; exit now, not after
+            sys.stdout.flush()  # rank threads left computing release the interpreter
+            sys.stderr.flush()
+            os._exit(code)
+        return code
     except Exception as e:
         failed = _loaded("harness.comm.base", "RankFailed") + _loaded("harness.netns", "NetnsError")
         if isinstance(e, failed):

@@ -76,6 +76,9 @@ HEADS = ("fresh", "probe")
 _RATE = re.compile(r"^(\d+(?:\.\d+)?)(bit|kbit|mbit|gbit)$")
 
 
+RATE_RANGE_BPS = (1e3, 1e11)  # 1 kbit/s .. 100 Gbit/s
+
+
 def parse_rate(rate: str) -> float:
     """tc-style rate ('80mbit', '1gbit') -> bits per second."""
     m = _RATE.match(rate.strip().lower())
@@ -83,8 +86,9 @@ def parse_rate(rate: str) -> float:
         raise ConfigError(f"bandwidth {rate!r} is not a rate like 80mbit, 1gbit or 500kbit")
     scale = {"bit": 1, "kbit": 1e3, "mbit": 1e6, "gbit": 1e9}[m.group(2)]
     bps = float(m.group(1)) * scale
-    if bps <= 0:
-        raise ConfigError("bandwidth must be > 0")
+    if not RATE_RANGE_BPS[0] <= bps <= RATE_RANGE_BPS[1]:
+        raise ConfigError(f"bandwidth {rate!r} is outside the accepted range 1kbit .. 100gbit "
+                          "(what the pacer and tc tbf shape reliably)")
     return bps
 
 

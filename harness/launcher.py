@@ -36,7 +36,7 @@ from pathlib import Path
 
 from .comm.base import RankFailed
 from .config import ConfigError, RunConfig
-from .context import RankContext, RankOutput, set_rank_threads
+from .context import Diverged, RankContext, RankOutput, set_rank_threads
 from .registry import get_algorithm
 
 ProgressFn = Callable[[int, dict], None]
@@ -64,12 +64,25 @@ def validate(cfg: RunConfig) -> None:
     if cfg.data not in DATASETS:
         raise ConfigError(f"unknown data {cfg.data!r}; choose from {', '.join(DATASETS)}")
     _check_sources(cfg)
+    _check_data_kind(cfg)
     spec.validate(cfg)
     if cfg.backend == "nccl":
         import torch
 
         if not torch.cuda.is_available():
             raise ConfigError("the nccl backend needs CUDA GPUs; none is available here")
+
+
+def _check_data_kind(cfg: RunConfig) -> None:
+    """A transformer preset reads token (or labelled text) data; a feature table is read only by
+    the problems of its family (logreg-*, mlp-*)."""
+    from .data import dataset_class
+    from .models import PRESETS
+
+    if cfg.model in PRESETS and getattr(dataset_class(cfg.data), "modality", "tokens") == "table":
+        raise ConfigError(f"{cfg.algorithm}: data {cfg.data!r} is a feature table, not token data for "
+                          f"the model {cfg.model!r}; choose token data (commbench list data), or a "
+                          "problem that reads tables (asylpg --model logreg-digits, ...)")
 
 
 def _check_sources(cfg: RunConfig) -> None:
@@ -80,7 +93,9 @@ def _check_sources(cfg: RunConfig) -> None:
     from .models import PRESETS
     from .models.pretrained import checkpoint_dir, tokenizer_for
 
-    preset = PRESETS[cfg.model]
+    preset = PRESETS.get(cfg.model)
+    if preset is None:  # a problem of its family (logreg-*, mlp-*): it reads its own data
+        return
     if preset.pretrained is not None:
         checkpoint_dir(preset.pretrained)
     cls = dataset_class(cfg.data)
@@ -101,8 +116,14 @@ def rank_program(cfg: RunConfig, comm, progress: ProgressFn | None = None) -> Ra
     """Run the configured algorithm as one rank over ``comm``."""
     spec = get_algorithm(cfg.algorithm)
     ctx = RankContext(cfg, comm, progress=progress)
-    with ctx.tracking():
-        out = spec.run(ctx)
+    try:
+        with ctx.tracking():
+            out = spec.run(ctx)
+    except Exception as e:
+        if getattr(e, "nonfinite", False):  # a codec met NaN/inf in what it was to send
+            raise Diverged(f"a tensor to send holds NaN or infinity ({e}): the run diverged "
+                           "(try a smaller lr, or mu for ZO methods)") from e
+        raise
     if not isinstance(out, RankOutput):
         raise TypeError(f"{spec.name}: the rank function must return ctx.finish(...)")
     return out
@@ -299,6 +320,9 @@ def _run_processes(cfg: RunConfig, progress: ProgressFn | None):
                 stop_watchdog(watchdog)
 
 
+REPORT_GRACE_S = 1.0
+
+
 def _supervise(cfg: RunConfig, run_dir: Path, procs, progress: ProgressFn | None) -> None:
     # No limit on a healthy run unless the user set one: every wait of the
     # ranks is bounded by the communication timeout, so a stuck run ends anyway.
@@ -306,9 +330,15 @@ def _supervise(cfg: RunConfig, run_dir: Path, procs, progress: ProgressFn | None
     deadline = None if limit is None else time.monotonic() + limit
     shown = 0
     prog_file = run_dir / f"progress{cfg.world_size - 1}.json"
+    first_report = None  # when the first rankN.error.json was seen
     while True:
         codes = [p.poll() for p in procs]
-        if any(c not in (0, None) for c in codes):
+        if first_report is None and any(run_dir.glob("rank*.error.json")):
+            first_report = time.monotonic()
+        # a rank's report is acted on without waiting for its teardown (closing a group can
+        # take the whole timeout); the short grace lets the reports of the same moment arrive
+        reported = first_report is not None and time.monotonic() - first_report > REPORT_GRACE_S
+        if reported or any(c not in (0, None) for c in codes):
             exited = {r for r, c in enumerate(codes) if c not in (0, None)}  # before we kill the rest
             _kill(procs)
             raise _root_cause(run_dir, procs, exited)

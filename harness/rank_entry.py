@@ -54,10 +54,10 @@ def run_rank(cfg: RunConfig, out: Path | None, run_dir: Path | None = None):
 
     set_rank_threads(cfg.threads_per_rank)
     store = os.environ.get("COMMBENCH_STORE_FILE") if run_dir is not None else None
-    init_process_group_from_env(cfg.backend, cfg.timeout_s, store_file=store)
     board = None
     if run_dir is not None and (run_dir / "board").exists():
         board = ProgressBoard.open_file(run_dir / "board", cfg.world_size)
+    rendezvous(cfg, board, lambda: init_process_group_from_env(cfg.backend, cfg.timeout_s, store_file=store))
     comm = TorchDistComm(cfg.backend, timeout_s=cfg.timeout_s, latency_ms=cfg.latency_ms,
                          metered=cfg.metered, board=board, bandwidth_bps=cfg.paced_bps,
                          max_frame_bytes=cfg.max_frame_bytes)
@@ -86,6 +86,34 @@ def run_rank(cfg: RunConfig, out: Path | None, run_dir: Path | None = None):
         raise
     finally:
         comm.close()
+
+
+def rendezvous(cfg: RunConfig, board, join) -> None:
+    """Join the process group (``join()``) with this rank's slot of the progress board beating,
+    so that when the group does not form the rank that never joined is named, not the one
+    that waited: a stopped rank's heartbeat goes stale, one that never started has none."""
+    from .comm.base import CommTimeout
+    from .comm.progress_board import COMPUTING, WAITING, Heartbeat, load_note
+
+    if board is None:
+        join()
+        return
+    rank = int(os.environ["RANK"])
+    board.mark(rank, WAITING)
+    beat = Heartbeat(board, rank)
+    try:
+        join()
+        board.clear(rank, COMPUTING)  # in the group: from here the Comm marks its boundaries
+    except Exception as e:
+        found = board.stalled(rank)
+        if found is None:
+            raise
+        first = (str(e).splitlines() or [""])[0]
+        raise CommTimeout(f"waiting for the {cfg.world_size} ranks to join the process group timed out "
+                          f"after {cfg.timeout_s:g} s ({type(e).__name__}: {first})", found[0],
+                          found[1] + load_note()) from e
+    finally:
+        beat.stop()
 
 
 def report_error(run_dir: Path, rank: int, e: BaseException) -> None:

@@ -3,14 +3,15 @@
 Rank 0 builds the result record from every rank's output; what a peer sends
 is data, not code, so it is never unpickled.  Layout::
 
-    magic  b"CBRO1\\n"
+    magic  b"CBRO2\\n"
     u64    length of the JSON header (little-endian)
+    u32    CRC-32 of everything after it: the JSON header and the body
     JSON   every field but the parameters, and the parameters' indices and shapes
     body   the parameters' float32 values, concatenated, in the sender's byte order
 
-``decode`` checks every field's type, the shapes against the body length
-(before allocating anything) and the byte order, and raises
-``RankOutputError`` naming what is wrong.
+``decode`` checks the checksum (a flipped bit is an error, not another value),
+every field's type, the shapes against the body length (before allocating
+anything) and the byte order, and raises ``RankOutputError`` naming what is wrong.
 """
 
 from __future__ import annotations
@@ -19,13 +20,14 @@ import json
 import math
 import struct
 import sys
+import zlib
 
 import torch
 
 from .context import RankOutput
 
-MAGIC = b"CBRO1\n"
-_LEN = struct.Struct("<Q")
+MAGIC = b"CBRO2\n"
+_LEN = struct.Struct("<QI")  # header length, CRC-32 of header and body
 _F32 = 4
 _MAX_DIM = 1 << 40  # a shape [0, 2**70] holds nothing yet must not reach torch
 
@@ -59,7 +61,7 @@ def encode(out: RankOutput) -> bytes:
     }
     head = json.dumps(header).encode()  # NaN/inf allowed: a diverged loss is a result
     body = b"".join(p.reshape(-1).numpy().tobytes() for _, p in params)
-    return MAGIC + _LEN.pack(len(head)) + head + body
+    return MAGIC + _LEN.pack(len(head), zlib.crc32(body, zlib.crc32(head))) + head + body
 
 
 # ---- validation -----------------------------------------------------------
@@ -93,9 +95,11 @@ def decode(data: bytes, expect_rank: int) -> RankOutput:
     fixed = len(MAGIC) + _LEN.size
     if len(data) < fixed or bytes(data[:len(MAGIC)]) != MAGIC:
         raise RankOutputError(f"rank {expect_rank}: not a rank output (bad magic or too short)")
-    (hlen,) = _LEN.unpack_from(data, len(MAGIC))
+    hlen, crc = _LEN.unpack_from(data, len(MAGIC))
     if hlen > len(data) - fixed:
         raise RankOutputError(f"rank {expect_rank}: header of {hlen} bytes exceeds the {len(data)} received")
+    if zlib.crc32(data[fixed:]) != crc:
+        raise RankOutputError(f"rank {expect_rank}: checksum mismatch (CRC-32): the output was corrupted")
     try:
         h = json.loads(bytes(data[fixed:fixed + hlen]))
     except (ValueError, RecursionError) as e:

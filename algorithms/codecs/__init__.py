@@ -24,7 +24,7 @@ spec                       codec
 Each codec's class docstring gives the closed form of its size and its floor.
 """
 
-from ._core import Codec, CodecError, Payload, header_nbytes
+from ._core import Codec, CodecError, NonFiniteInput, Payload, header_nbytes
 from .bitpack import pack_bits, packed_nbytes, unpack_bits
 from .dense import DenseCodec
 from .natural import NaturalCodec
@@ -48,6 +48,7 @@ __all__ = [
     "EXAMPLE_SPECS",
     "Codec",
     "CodecError",
+    "NonFiniteInput",
     "DenseCodec",
     "FixpointCodes",
     "NaturalCodec",

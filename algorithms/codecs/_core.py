@@ -106,6 +106,13 @@ U32_MAX = 2**32 - 1
 #: output; a sparse one (index list) announces ``n`` elements in a few bytes, so
 #: without this bound a 21-byte payload could ask for a 4 GiB tensor.
 DEFAULT_MAX_DECODED_BYTES = 1 << 30
+#: Most elements one payload byte may stand for.  A dense body spends at least one
+#: bit per element (8 per byte); a sparse one (index list, or no entries at all)
+#: announces ``n`` elements in a few bytes, so the decoders check ``n`` against the
+#: payload's length before allocating, and encoders refuse to send what receivers
+#: would refuse (a tensor of over 65,536 elements per byte of its payload: e.g. an
+#: all-zero tensor of more than ~1.6 M elements in a 25-byte sparse payload).
+MAX_ELEMENTS_PER_BYTE = 1 << 16
 _limits = {"max_decoded_bytes": DEFAULT_MAX_DECODED_BYTES, "body_checksum": True}
 
 
@@ -136,6 +143,13 @@ def set_max_decoded_bytes(nbytes: int) -> int:
 
 class CodecError(ValueError):
     """Malformed, truncated or corrupted payload, or a bad codec parameter."""
+
+
+class NonFiniteInput(CodecError):
+    """A tensor to encode holds NaN or infinity: in a training run, a sign that it diverged
+    (``nonfinite``: what the harness looks for, without importing the codecs)."""
+
+    nonfinite = True
 
 
 @dataclass(frozen=True, eq=False)
@@ -289,6 +303,9 @@ def parse_header(data: torch.Tensor, expect_family: int | None = None) -> Header
     numel = math.prod(shape)
     if numel > U32_MAX:  # no encoder makes one (check_input)
         raise CodecError(f"corrupted header: shape {shape} has {numel} >= 2**32 elements")
+    if numel > MAX_ELEMENTS_PER_BYTE * data.numel():
+        raise CodecError(f"payload of {data.numel()} bytes announces {numel} elements {shape}: more than "
+                         f"{MAX_ELEMENTS_PER_BYTE} per byte, which no encoder sends")
     dtype = CODE_DTYPES[dcode]
     out = numel * torch.empty((), dtype=dtype).element_size()
     if out > max_decoded_bytes():
@@ -342,6 +359,11 @@ class Codec(abc.ABC):
             @functools.wraps(enc)
             def encode(self, x, generator=None, _enc=enc):
                 p = _enc(self, x, generator)
+                n = x.numel() if isinstance(x, torch.Tensor) else 0
+                if n > MAX_ELEMENTS_PER_BYTE * p.data.numel():
+                    raise CodecError(f"{getattr(self, 'name', type(self).__name__)}: a {n}-element tensor in "
+                                     f"a {p.data.numel()}-byte payload is over {MAX_ELEMENTS_PER_BYTE} "
+                                     "elements per byte, which receivers refuse; use a dense codec")
                 seal(p.data)
                 return p
 
@@ -433,7 +455,7 @@ def check_finite(x: torch.Tensor, codec: str) -> None:
     if x.is_floating_point() and x.numel():
         mn, mx = torch.aminmax(x.reshape(-1))
         if not (math.isfinite(float(mn)) and math.isfinite(float(mx))):
-            raise CodecError(f"{codec}: input contains NaN or infinity")
+            raise NonFiniteInput(f"{codec}: input contains NaN or infinity")
 
 
 def make_payload(header: bytes, body_nbytes: int) -> tuple[torch.Tensor, torch.Tensor]:

@@ -66,6 +66,7 @@ from ._core import (
     Codec,
     CodecError,
     Header,
+    NonFiniteInput,
     Payload,
     build_header,
     check_body_length,
@@ -168,7 +169,7 @@ def _qstoch_scale(x: torch.Tensor, bits: int) -> _QScale:
         mn, mx = torch.aminmax(xc)  # NaN propagates
         m = max(-float(mn), float(mx))
     if not math.isfinite(m):
-        raise CodecError("qstoch: input contains NaN or infinity")
+        raise NonFiniteInput("qstoch: input contains NaN or infinity")
     if m == 0.0:
         return _QScale(xc, 0.0, 0.0, offset, plan)
     delta64 = m / L
@@ -454,7 +455,7 @@ def fixpoint_scales(x: torch.Tensor, granularity: str | bool = "channel") -> tor
         x2 = x2.to(cd)
     a = _absmax_channels(x2.T if g == "token" else x2)  # NaN propagates through amax / amin
     if not bool(torch.isfinite(a).all()):
-        raise CodecError("qchannel: input contains NaN or infinity")
+        raise NonFiniteInput("qchannel: input contains NaN or infinity")
     s16 = a.to(torch.float16)
     if not bool(torch.isfinite(s16).all()):
         raise CodecError(

@@ -20,6 +20,7 @@ are applied per message (one micro-batch's boundary tensor), not per row.
 
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass
 
 import torch
@@ -134,6 +135,28 @@ def _partial_messages(cfg: RunConfig) -> bool:
     return (cfg.algorithm == "clapping-fu" and p.rule == "sample") or getattr(p, "raw_first_visit", False)
 
 
+def _physical_memory() -> int | None:
+    try:
+        return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+    except (ValueError, OSError, AttributeError):
+        return None
+
+
+def _aq_memory(cfg: RunConfig) -> str | None:
+    """AQ-SGD keeps one boundary activation per training sample on both ends of every link:
+    refused before any rank starts when that alone exceeds this machine's memory."""
+    elements = ef_state_elements("aq-sgd", links=cfg.world_size - 1, batch=cfg.batch_size,
+                                 seq_len=cfg.seq_len, width=sum(boundary_widths(cfg)),
+                                 dataset_size=cfg.params.dataset_size)
+    need = elements * (8 if cfg.dtype == "float64" else 4)
+    have = _physical_memory()
+    if have is not None and need > have:
+        return (f"aq-sgd: dataset_size {cfg.params.dataset_size} needs {need / 2**30:.1f} GiB of "
+                f"per-sample activation memory (2 x {cfg.world_size - 1} link(s) x dataset_size x "
+                f"seq_len {cfg.seq_len} x width), more than this machine's {have / 2**30:.1f} GiB")
+    return None
+
+
 def _check(cfg: RunConfig) -> str | None:
     msg = _fits_model(cfg)
     if msg or cfg.model not in PRESETS:
@@ -141,6 +164,10 @@ def _check(cfg: RunConfig) -> str | None:
     p = cfg.params
     if p.dataset_size and p.dataset_size % cfg.batch_size:
         return f"dataset_size {p.dataset_size} is not a multiple of batch_size {cfg.batch_size}"
+    if cfg.algorithm == "aq-sgd":
+        msg = _aq_memory(cfg)
+        if msg:
+            return msg
     mb = cfg.batch_size // cfg.micro_batches
     rows = 1 if _partial_messages(cfg) else mb
     d = rows * cfg.seq_len * min(boundary_widths(cfg))

@@ -24,7 +24,7 @@ import torch
 
 from .byte_meter import FRAME_HEADER_BYTES, ByteMeter, Flow
 from .pacer import LinkPacer, wire_bytes
-from .progress_board import COMPUTING, FINISHED, WAITING, ProgressBoard
+from .progress_board import COMPUTING, FINISHED, WAITING, ProgressBoard, load_note
 
 
 class CommError(RuntimeError):
@@ -211,7 +211,7 @@ class Comm(ABC):
             found = board.stalled(self.rank) if e.stalled_rank is None else None
             if found is None:
                 raise
-            raise CommTimeout(str(e), *found) from e
+            raise CommTimeout(str(e), found[0], found[1] + load_note()) from e
         finally:
             board.mark(self.rank, COMPUTING)
 

@@ -27,6 +27,25 @@ BEAT_INTERVAL_S = 0.5
 STALE_BEAT_S = 8 * BEAT_INTERVAL_S
 
 
+def load_note(load: float | None = None, cores: int | None = None) -> str:
+    """'' unless the 1-minute load average exceeds the cores this process may use; then a clause
+    saying so, since a starved rank looks exactly like a stalled one."""
+    try:
+        load = os.getloadavg()[0] if load is None else load
+    except OSError:
+        return ""
+    if cores is None:
+        try:
+            cores = len(os.sched_getaffinity(0))
+        except (AttributeError, OSError):
+            cores = os.cpu_count() or 1
+    if load <= cores:
+        return ""
+    return (f"; the machine is overloaded (load average {load:.1f} on {cores} core"
+            f"{'' if cores == 1 else 's'}): a rank starved of CPU looks stalled, so a longer "
+            "--timeout or fewer ranks may let it finish")
+
+
 class ProgressBoard:
     """Per-rank last-progress times of one run (see the module docstring)."""
 
@@ -64,6 +83,10 @@ class ProgressBoard:
     def mark(self, rank: int, state: float) -> None:
         """A communication boundary of ``rank``: entering or leaving a wait, or the end."""
         self._write(rank, boundary=time.monotonic(), state=state)
+
+    def clear(self, rank: int, state: float) -> None:
+        """``rank`` in ``state`` with no communication boundary reached yet."""
+        self._write(rank, boundary=0.0, state=state)
 
     def beat(self, rank: int) -> None:
         self._write(rank, beat=time.monotonic())

@@ -16,9 +16,10 @@ is posted with the size the protocol fixes plus slack bytes after it:
   the header passed its checks (magic, tag, ``n <= max_frame_bytes``), plus
   2 end-marker bytes and ``BODY_SLACK`` bytes.
 
-The end-marker slot is cleared and guard bytes written after the expected end
-first: a short message leaves a zero in the marker, a long one (by at most the
-slack) changes the guard, and both are a CommError naming the peer.  A sender
+The end-marker slot is cleared and the whole slack filled with random guard
+bytes (drawn per Comm, never sent, so a sender cannot predict them) first: a
+short message leaves a zero in the marker, a long one (by at most the slack)
+changes the guard, and both are a CommError naming the peer.  A sender
 following the protocol never sends more than its header announced, and refuses
 a payload above ``max_frame_bytes`` itself (``Comm.send``), so gloo never sees a
 message longer than the buffer posted for it.  The receive buffer is sized by
@@ -64,17 +65,15 @@ from .base import (
 )
 from .progress_board import Heartbeat
 
-# Control-plane gathers (rank outputs) larger than this are refused before
-# anything is allocated for them: a peer's declared size is not trusted.
-MAX_GATHER_BYTES = 1 << 34
+# Control-plane gathers (rank outputs) are bounded by the Comm's max_frame_bytes,
+# checked on every rank before anything is allocated: a peer's declared size is
+# not trusted, and a rank whose own output is larger says so before sending.
 # Bytes posted after a message's expected end: a longer message by up to this
 # many is a CommError, a longer one still aborts inside gloo (module docstring).
 # The body's slack is small because the received payload is a view of its buffer
 # (no copy), so the slack is part of what the tensor memory meter counts.
 HEADER_SLACK = 4096 - FRAME_HEADER_NBYTES
 BODY_SLACK = 64
-_GUARD = 8  # the first slack bytes, which must stay untouched
-_GUARD_BYTE = 0xA5
 _END = torch.frombuffer(bytearray(FRAME_END), dtype=torch.uint8)
 
 
@@ -113,6 +112,9 @@ class TorchDistComm(Comm):
         self._timeout = _dt.timedelta(seconds=self.timeout_s)
         # the header's receive buffer, reused (allocated here, before any meter starts)
         self._hbuf = torch.empty(FRAME_HEADER_NBYTES + HEADER_SLACK, dtype=torch.uint8, device=self.device)
+        # the guard written into the slack before every receive: random, never sent
+        self._slack_guard = torch.frombuffer(bytearray(os.urandom(max(HEADER_SLACK, BODY_SLACK))),
+                                             dtype=torch.uint8).to(self.device)
         self._heartbeat = Heartbeat(self.board, self.rank) if self.board is not None else None
 
     @contextlib.contextmanager
@@ -154,16 +156,18 @@ class TorchDistComm(Comm):
         nonzero marker into ``buf`` (``expect`` plus slack bytes); returns its source.
 
         The caller checks the marker in ``buf[expect-2:expect]``.  The marker slot is
-        cleared and guard bytes are written first, so a short message leaves a zero
-        there and a long one changes the guard.
+        cleared and the slack filled with the Comm's random guard first, so a short message
+        leaves a zero there and a long one changes the guard.
         """
         buf[expect - 2: expect] = 0
-        buf[expect: expect + _GUARD] = _GUARD_BYTE
+        slack = buf.numel() - expect
+        guard = self._slack_guard[:slack]
+        buf[expect:] = guard
         with self._guard(what):
             work = dist.irecv(buf, src=src)
             self._wait(work, what)
             got = int(work._source_rank()) if src is None else src
-        if bool((buf[expect: expect + _GUARD] != _GUARD_BYTE).any()):
+        if not torch.equal(buf[expect:], guard):
             raise CommError(f"rank {self.rank}: message from rank {got} is longer than the "
                             f"{expect} bytes its frame announced")
         return got
@@ -234,14 +238,19 @@ class TorchDistComm(Comm):
             self._wait(dist.all_gather(sizes, size, async_op=True), "gathering results")
         n = [int(s) for s in sizes]
         for r, k in enumerate(n):
-            if not 0 <= k <= MAX_GATHER_BYTES:
-                raise CommError(f"rank {self.rank}: rank {r} declared a result of {k} bytes "
-                                f"(allowed: 0..{MAX_GATHER_BYTES})")
-        buf = torch.zeros(max(n), dtype=torch.uint8)
-        if data:
-            buf[:len(data)] = torch.frombuffer(bytearray(data), dtype=torch.uint8)
-        buf = self._to_dev(buf)
-        out = [torch.empty_like(buf) for _ in range(self.world_size)] if self.rank == 0 else None
+            if not 0 <= k <= self.max_frame_bytes:
+                who = "its own result is" if r == self.rank else f"rank {r} declared a result of"
+                raise CommError(f"rank {self.rank}: {who} {k} bytes, above the largest frame "
+                                f"({self.max_frame_bytes} bytes, --max-frame-bytes)")
+        try:  # bounded above; a machine short of memory is still a CommError, not a crash
+            buf = torch.zeros(max(n), dtype=torch.uint8)
+            if data:
+                buf[:len(data)] = torch.frombuffer(bytearray(data), dtype=torch.uint8)
+            buf = self._to_dev(buf)
+            out = [torch.empty_like(buf) for _ in range(self.world_size)] if self.rank == 0 else None
+        except RuntimeError as e:
+            raise CommError(f"rank {self.rank}: cannot allocate {max(n)} bytes per rank for the "
+                            f"results ({str(e).splitlines()[0][:120]})") from e
         with self._guard("gathering results"):
             self._wait(dist.gather(buf, out, dst=0, async_op=True), "gathering results")
         if self.rank != 0:

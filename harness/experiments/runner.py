@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import os
 import sys
 import time
 from pathlib import Path
@@ -10,6 +11,7 @@ from pathlib import Path
 from harness import progress
 from harness.reporting import Table, print_table, render, write_table
 from harness.results import ResultRecord, atomic_write, write_result
+from harness.results.files import INCOMPLETE
 
 from . import claims as _claims
 from .registry import ORDER, Experiment, get_experiment
@@ -69,6 +71,12 @@ def run_experiments(name: str, *, scale: str, out_dir: Path, quiet: bool = False
     overall = progress.Overall({e.name: EXPECTED_S.get(e.name, 60.0) for e in chosen})
     progress.set_overall(overall)
     written: list[str] = []
+    # until the end, the directory says it holds an unfinished set (table and compare refuse it)
+    marker = out_dir / INCOMPLETE
+    atomic_write(marker, f"`commbench reproduce {name}` started {time.strftime('%Y-%m-%d %H:%M:%S')} "
+                         f"(pid {os.getpid()}) and has not finished: the records, tables and claims "
+                         "here may mix that run's and an earlier one's. Re-run it; a run that "
+                         "finishes removes this file.\n")
     try:
         for i, exp in enumerate(chosen, 1):
             print(f"[{i}/{len(chosen)}] {exp.name}: {exp.summary} ({overall.status()})", flush=True)
@@ -101,6 +109,7 @@ def run_experiments(name: str, *, scale: str, out_dir: Path, quiet: bool = False
         verdict = "within" if elapsed <= ALL_BUDGET_S else "OVER"
         print(f"all: {elapsed / 60:.1f} min, {verdict} the {ALL_BUDGET_S // 60} min budget of the "
               "default scale", file=sys.stdout if elapsed <= ALL_BUDGET_S else sys.stderr)
+    marker.unlink()  # a complete set
     _print_written(written, out_dir, [e.name for e in chosen], since)
     return tables
 

@@ -25,6 +25,7 @@ from pathlib import Path
 from harness.models import PRESETS, default_boundaries, model_info
 from harness.registry import make_config
 from harness.reporting import Column, Table
+from harness.reporting.plots import save_figure
 from harness.stats import CI95, IQR, median_iqr, ratio_of_medians
 
 from .registry import experiment
@@ -230,9 +231,10 @@ def plot(rows: list[dict], path: Path) -> str | None:
             ax.legend(fontsize=7)
     fig.suptitle("scaling: payload bytes per step of every family, log-log", fontsize=10)
     fig.tight_layout()
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(path, dpi=120)
-    plt.close(fig)
+    try:
+        save_figure(fig, Path(path))
+    finally:
+        plt.close(fig)
     return str(path)
 
 

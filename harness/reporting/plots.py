@@ -32,12 +32,25 @@ def _pyplot():
     return plt
 
 
+def save_figure(fig, path: Path, **kw) -> Path:
+    """Render ``fig`` as PNG and write it atomically: only a regular file is ever replaced
+    (a device node, FIFO or socket at ``path`` is refused, a link followed)."""
+    import io
+
+    from harness.results import atomic_write
+
+    buf = io.BytesIO()
+    fig.savefig(buf, format="png", dpi=120, **kw)
+    return atomic_write(path, buf.getvalue())
+
+
 def _save(fig, plt, path: Path, tight: bool = True) -> str:
     if tight:
         fig.tight_layout()
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(path, dpi=120, bbox_inches="tight")  # keeps legends placed outside the axes
-    plt.close(fig)
+    try:
+        save_figure(fig, Path(path), bbox_inches="tight")  # keeps legends placed outside the axes
+    finally:
+        plt.close(fig)
     return str(path)
 
 

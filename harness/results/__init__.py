@@ -11,7 +11,16 @@
 
 from .claims_file import CLAIMS_SCHEMA, ClaimRow, ClaimsError, ClaimsFile, read_claims
 from .environment import env_info
-from .files import atomic_write, read_result, read_results, write_result
+from .files import (
+    OutputChanged,
+    OutputRefused,
+    atomic_write,
+    file_stamp,
+    read_result,
+    read_results,
+    regular_target,
+    write_result,
+)
 from .fingerprint import params_sha256, params_sha256_of_model
 from .schema import (
     DATA_KINDS,
@@ -25,7 +34,8 @@ from .schema import (
 
 __all__ = [
     "CLAIMS_SCHEMA", "DATA_KINDS", "REQUIRED_METRICS", "SCHEMA", "THROUGHPUT_METRICS", "ClaimRow",
-    "ClaimsError", "ClaimsFile", "Metric", "ResultError", "ResultRecord", "atomic_write", "env_info",
-    "params_sha256", "params_sha256_of_model", "read_claims", "read_result", "read_results",
+    "ClaimsError", "ClaimsFile", "Metric", "OutputChanged", "OutputRefused", "ResultError",
+    "ResultRecord", "atomic_write", "env_info", "file_stamp", "params_sha256",
+    "params_sha256_of_model", "read_claims", "read_result", "read_results", "regular_target",
     "write_result",
 ]
