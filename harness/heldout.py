@@ -114,7 +114,7 @@ def _cache_path(model: str, data: str, seq_len: int):
 
     key = f"{SOURCES[PRESETS[model].pretrained].sha256}/{data}/{seq_len}/{PROBE_ROWS}/v1"
     root = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "commbench"
-    return root / f"probe-{model}-{hashlib.sha256(key.encode()).hexdigest()[:16]}.pt"
+    return root / f"probe-{model}-{hashlib.sha256(key.encode()).hexdigest()[:16]}.json"
 
 
 @functools.lru_cache(maxsize=4)
@@ -122,18 +122,21 @@ def probe_head(model: str, data: str, seq_len: int) -> tuple[torch.Tensor, torch
     """:func:`fit_probe_head`, kept on disk (``~/.cache/commbench``, keyed by the checkpoint's
     hash, the data, the sequence length and the row count): each rank process of each run would
     otherwise repeat the same deterministic fit."""
+    import json
+
     path = _cache_path(model, data, seq_len)
     if path.is_file():
-        try:
-            w, b = torch.load(path, weights_only=True)
-            return w, b
-        except Exception:  # a damaged cache entry is recomputed, never trusted
+        try:  # plain JSON numbers (float32 values round-trip exactly through a double)
+            entry = json.loads(path.read_text())
+            return (torch.tensor(entry["weight"], dtype=torch.float32),
+                    torch.tensor(entry["bias"], dtype=torch.float32))
+        except (ValueError, KeyError, TypeError, OSError):  # a damaged entry is recomputed
             pass
     w, b = fit_probe_head(model, data, seq_len)
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
         tmp = path.with_suffix(f".{os.getpid()}.tmp")
-        torch.save((w, b), tmp)
+        tmp.write_text(json.dumps({"weight": w.tolist(), "bias": b.tolist()}))
         os.replace(tmp, path)
     except OSError:
         pass  # a read-only home: no cache, same numbers

@@ -74,6 +74,7 @@ from .progress_board import Heartbeat
 # (no copy), so the slack is part of what the tensor memory meter counts.
 HEADER_SLACK = 4096 - FRAME_HEADER_NBYTES
 BODY_SLACK = 64
+_CHECKED = 8  # the slack bytes guarded: a longer message overwrites them first
 _END = torch.frombuffer(bytearray(FRAME_END), dtype=torch.uint8)
 
 
@@ -113,8 +114,7 @@ class TorchDistComm(Comm):
         # the header's receive buffer, reused (allocated here, before any meter starts)
         self._hbuf = torch.empty(FRAME_HEADER_NBYTES + HEADER_SLACK, dtype=torch.uint8, device=self.device)
         # the guard written into the slack before every receive: random, never sent
-        self._slack_guard = torch.frombuffer(bytearray(os.urandom(max(HEADER_SLACK, BODY_SLACK))),
-                                             dtype=torch.uint8).to(self.device)
+        self._slack_guard = os.urandom(_CHECKED)
         self._heartbeat = Heartbeat(self.board, self.rank) if self.board is not None else None
 
     @contextlib.contextmanager
@@ -160,14 +160,14 @@ class TorchDistComm(Comm):
         leaves a zero there and a long one changes the guard.
         """
         buf[expect - 2: expect] = 0
-        slack = buf.numel() - expect
-        guard = self._slack_guard[:slack]
-        buf[expect:] = guard
+        guard = torch.frombuffer(bytearray(self._slack_guard), dtype=torch.uint8).to(buf.device)
+        buf[expect: expect + _CHECKED] = guard
         with self._guard(what):
             work = dist.irecv(buf, src=src)
             self._wait(work, what)
             got = int(work._source_rank()) if src is None else src
-        if not torch.equal(buf[expect:], guard):
+        # a longer message overwrites the slack from its start, so its first bytes decide
+        if not torch.equal(buf[expect: expect + _CHECKED], guard):
             raise CommError(f"rank {self.rank}: message from rank {got} is longer than the "
                             f"{expect} bytes its frame announced")
         return got

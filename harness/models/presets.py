@@ -100,7 +100,8 @@ class ModelPreset:
                 num_attention_heads=self.heads, intermediate_size=self.ffn_dim,
                 hidden_act=self.activation, hidden_dropout_prob=0.0, attention_probs_dropout_prob=0.0,
                 classifier_dropout=0.0, max_position_embeddings=self.max_positions, type_vocab_size=2,
-                layer_norm_eps=1e-12, pad_token_id=0, num_labels=self.num_labels, use_cache=False)
+                layer_norm_eps=1e-12, pad_token_id=0, num_labels=self.num_labels, use_cache=False,
+                tie_word_embeddings=False)  # no LM head to tie; stated like every other family
         from transformers import LlamaConfig
 
         return LlamaConfig(
