@@ -485,11 +485,18 @@ def _tweets_order(n: int, split: str, seed: int, epoch: int) -> Tensor:
 def _encode_tweets(path: str, split: str, model: str, seq_len: int) -> tuple[Tensor, Tensor]:
     from harness.models.pretrained import tokenizer_for
 
+    from harness.models import PRESETS
+    from harness.models.prompt import encode_prompted, label_token_ids
+
     texts, labels = _load_tweets(path)[split]
     tok = tokenizer_for(model)
-    enc = tok(list(texts), padding="max_length", truncation=True, max_length=seq_len)
-    return (torch.tensor(enc["input_ids"], dtype=torch.int64),
-            torch.tensor(labels, dtype=torch.int64))
+    prompt = PRESETS[model].prompt
+    if prompt is not None:  # a causal LM scores label words after the prompt (right-padded)
+        label_token_ids(tok, prompt)
+        ids = encode_prompted(tok, texts, prompt, seq_len)
+    else:
+        ids = tok(list(texts), padding="max_length", truncation=True, max_length=seq_len)["input_ids"]
+    return torch.tensor(ids, dtype=torch.int64), torch.tensor(labels, dtype=torch.int64)
 
 
 # --------------------------------------------------------------------------- registry

@@ -103,13 +103,23 @@ def _check_sources(cfg: RunConfig) -> None:
         if preset.task != "classify":
             raise ConfigError(f"{cfg.data} is a classification task; model {cfg.model!r} is a "
                               f"{preset.task!r} model (use a classifier preset, e.g. minilm-l6)")
-        tokenizer_for(cfg.model)
+        tok = tokenizer_for(cfg.model)
+        if preset.prompt is not None:
+            from .models.prompt import PromptError, label_token_ids
+
+            try:
+                label_token_ids(tok, preset.prompt)
+            except PromptError as exc:
+                raise ConfigError(f"model {cfg.model!r}: {exc}") from None
         cls().texts("train")  # parses the file (a bad row is named)
     elif preset.task == "classify":
         raise ConfigError(f"model {cfg.model!r} is a classifier; {cfg.data} has no class labels "
                           "(use a labelled task, e.g. tweets-sentiment)")
     if cfg.head != "fresh" and preset.task != "classify":
         raise ConfigError(f"head={cfg.head} applies to classifier presets; {cfg.model!r} is a {preset.task!r} model")
+    if cfg.head != "fresh" and preset.prompt is not None:
+        raise ConfigError(f"head={cfg.head}: {cfg.model!r} scores label words with its own LM head "
+                          "(prompt-based, nothing to fit); leave head=fresh")
 
 
 def rank_program(cfg: RunConfig, comm, progress: ProgressFn | None = None) -> RankOutput:

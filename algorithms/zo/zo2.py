@@ -171,7 +171,7 @@ class ZO2Engine:
         for k, _ in enumerate(walk(self.head_pert, seeds, p.mu, p.difference)):
             if k in mine:
                 with fwd:
-                    out[k] = lm_loss(fam.head(st, hs[k]), labels)
+                    out[k] = lm_loss(fam.head(st, hs[k], ids), labels)
         self.pending = None
         return out
 

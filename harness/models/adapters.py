@@ -94,8 +94,11 @@ class _Family:
     def post(self, st: Stage, m: nn.ModuleDict, a: Tensor, r: Tensor) -> Tensor:
         raise NotImplementedError
 
-    def head(self, st: Stage, h: Tensor) -> Tensor:
+    def head(self, st: Stage, h: Tensor, input_ids: Tensor | None = None) -> Tensor:
         raise NotImplementedError
+
+    # Whether the head returns class logits [B, num_labels] rather than next-token logits.
+    classifies = False
 
 
 def _causal_mask(config: Any, ref: Tensor, position_ids: Tensor | None) -> Any:
@@ -184,7 +187,7 @@ class _OPT(_Family):
             h = m["final_layer_norm"](h)
         return h
 
-    def head(self, st, h):
+    def head(self, st, h, input_ids=None):
         m = st.head
         if "final_layer_norm" in m:
             h = m["final_layer_norm"](h)
@@ -240,7 +243,7 @@ class _GPT2(_Family):
     def post(self, st, m, a, r):
         return r + m["dropout"](m["c_proj"](a))
 
-    def head(self, st, h):
+    def head(self, st, h, input_ids=None):
         m = st.head
         return m["lm_head"](m["ln_f"](h))
 
@@ -273,7 +276,7 @@ class _Llama(_Family):
     def post(self, st, m, a, r):
         return r + m["down_proj"](a)
 
-    def head(self, st, h):
+    def head(self, st, h, input_ids=None):
         m = st.head
         return m["lm_head"](m["norm"](h))
 
@@ -284,6 +287,7 @@ class _Bert(_Family):
     # the CLS pooler + classifier as the head.  Cut after the FFN activation, the residual that
     # crosses is the attention half's output (the input of ``output``'s add + LayerNorm).
     needs_input_ids = True
+    classifies = True
 
     def embed_modules(self, model):
         return {"embeddings": model.bert.embeddings}
@@ -319,11 +323,76 @@ class _Bert(_Family):
     def post(self, st, m, a, r):
         return m["output"](a, r)
 
-    def head(self, st, h):
+    def head(self, st, h, input_ids=None):
         m = st.head
         return m["classifier"](m["dropout"](m["pooler"](h)))
 
 
+def last_token_index(input_ids: Tensor, pad_token_id: int) -> Tensor:
+    """Position of each row's last real token (rows are right-padded with ``pad_token_id``)."""
+    return input_ids.ne(pad_token_id).sum(dim=1).sub(1).clamp(min=0)
+
+
+class _Gemma3(_Family):
+    # The prompt scorer (:func:`.weights.prompt_scorer_class`): Gemma3TextModel's layer loop, then
+    # the final norm and the label words' rows of the LM head at each row's last real token
+    # (every stage past the first reads the micro-batch's ids for that, like BERT's mask).
+    needs_input_ids = True
+    classifies = True
+
+    def embed(self, st, ids):
+        return st.embed["embed_tokens"](ids)
+
+    def context(self, st, ref, input_ids=None):
+        from transformers.masking_utils import create_sliding_window_causal_mask
+
+        position_ids = torch.arange(ref.shape[1], device=ref.device).unsqueeze(0)
+        kwargs = dict(config=st.config, inputs_embeds=ref, attention_mask=None, past_key_values=None,
+                      position_ids=position_ids)
+        masks = {"full_attention": _causal_mask(st.config, ref, position_ids),
+                 "sliding_attention": create_sliding_window_causal_mask(**kwargs)}
+        rotary = st.shared["rotary_emb"]
+        return {"position_ids": position_ids, "masks": masks,
+                "position_embeddings": {t: rotary(ref, position_ids, t) for t in set(st.config.layer_types)}}
+
+    def block(self, layer, h, ctx):
+        kind = layer.self_attn.layer_type
+        return layer(h, attention_mask=ctx["masks"][kind], position_embeddings=ctx["position_embeddings"][kind],
+                     position_ids=ctx["position_ids"], past_key_values=None)
+
+    def pre(self, st, m, h, ctx):
+        kind = m["self_attn"].layer_type
+        residual = h
+        h = m["input_layernorm"](h)
+        h, _ = m["self_attn"](hidden_states=h, position_embeddings=ctx["position_embeddings"][kind],
+                              attention_mask=ctx["masks"][kind], position_ids=ctx["position_ids"],
+                              past_key_values=None)
+        h = m["post_attention_layernorm"](h)
+        h = residual + h
+        residual = h
+        x = m["pre_feedforward_layernorm"](h)
+        a = m["act"](m["gate_proj"](x)) * m["up_proj"](x)
+        return a, residual
+
+    def pre_modules(self, layer):
+        return {**super().pre_modules(layer), "post_attention_layernorm": layer.post_attention_layernorm}
+
+    def post_modules(self, layer):
+        return {**super().post_modules(layer), "post_feedforward_layernorm": layer.post_feedforward_layernorm}
+
+    def post(self, st, m, a, r):
+        return r + m["post_feedforward_layernorm"](m["down_proj"](a))
+
+    def head(self, st, h, input_ids=None):
+        if input_ids is None:
+            raise ValueError("the prompt scorer's head needs the micro-batch's token ids (input_ids=...)")
+        m = st.head
+        h = m["norm"](h)
+        rows = torch.arange(h.shape[0], device=h.device)
+        return m["lm_head"](h[rows, last_token_index(input_ids, st.config.pad_token_id)])
+
+
 _FAMILIES: dict[str, _Family] = {
     name: cls(family_spec(name))
-    for name, cls in (("opt", _OPT), ("gpt2", _GPT2), ("llama", _Llama), ("bert", _Bert))}
+    for name, cls in (("opt", _OPT), ("gpt2", _GPT2), ("llama", _Llama), ("bert", _Bert),
+                      ("gemma3_text", _Gemma3))}

