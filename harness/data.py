@@ -483,9 +483,8 @@ def _tweets_order(n: int, split: str, seed: int, epoch: int) -> Tensor:
 
 @functools.lru_cache(maxsize=8)
 def _encode_tweets(path: str, split: str, model: str, seq_len: int) -> tuple[Tensor, Tensor]:
-    from harness.models.pretrained import tokenizer_for
-
     from harness.models import PRESETS
+    from harness.models.pretrained import tokenizer_for
     from harness.models.prompt import encode_prompted, label_token_ids
 
     texts, labels = _load_tweets(path)[split]

@@ -37,10 +37,11 @@ MODULES = {
     "codecs": "codecs",
     "sparq-opt125m": "sparq",
     "sparq-activations": "sparq_activations",
+    "sparq-gemma": "sparq_gemma",
 }
 # ``reproduce all``: the papers' experiments, each family's first, the cross-family sweep last
 ORDER = ("double-quant", "clapping", "protocol", "sparq", "distzo2", "bandwidth")
-SUPPORTING = ("foundation", "scaling", "codecs", "sparq-opt125m", "sparq-activations")  # run by name only
+SUPPORTING = ("foundation", "scaling", "codecs", "sparq-opt125m", "sparq-activations", "sparq-gemma")  # run by name only
 
 EXPERIMENTS: dict[str, Experiment] = {}
 

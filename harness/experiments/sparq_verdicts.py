@@ -132,3 +132,35 @@ def fo_vs_zo_memory(fo_total: float | None, sparq_total: float | None, num_param
         pre = model_scale(num_params)
     ratio = fo_total / sparq_total if fo_total is not None and sparq_total is not None else None
     return Verdict(ratio, None if ratio is None else ratio > threshold, pre)
+
+
+# SparQ Table 2: SparQ − ZO-SGD test accuracy over the 15 rows, mean −0.14 points, worst −0.9
+ACC_VS_ZO_WORST = -0.009
+
+
+def binomial_se(p: float, n: int) -> float:
+    return (p * (1 - p) / n) ** 0.5
+
+
+def accuracy_moved(start: float | None, end: float | None, n: int) -> Precondition:
+    """ZO fine-tuning changed what accuracy measures: the uncompressed ZO pipeline's held-out
+    accuracy moved by at least 2 binomial standard errors (at the start accuracy, ``n`` rows)
+    during the run.  Below that, SparQ and ZO-SGD agree because neither trained yet."""
+    if start is None or end is None:
+        return Precondition("held-out accuracy measured (a labelled task)", "no labels in the run's data", False)
+    se2 = 2 * binomial_se(start, n)
+    return Precondition(f"the ZO pipeline's held-out accuracy moved by >= 2 standard errors ({se2:.3f} at "
+                        f"{n} rows) during the run", f"{start:.3f} -> {end:.3f}", abs(end - start) >= se2)
+
+
+def accuracy_vs_zo(sparq_acc: float | None, zo_acc: float | None, start: float | None, n: int,
+                   worst: float = ACC_VS_ZO_WORST) -> Verdict:
+    """SparQ's held-out accuracy minus the uncompressed ZO pipeline's (same steps, split and seeds)
+    against Table 2's worst row (−0.9 points), less 2 standard errors of a difference of two
+    accuracies on ``n`` rows: the paper's "comparable accuracy" at our sample size."""
+    pre = accuracy_moved(start, zo_acc, n)
+    if sparq_acc is None or zo_acc is None:
+        return Verdict(None, None, pre)
+    diff = sparq_acc - zo_acc
+    tol = 2 * (2 * binomial_se(zo_acc, n) ** 2) ** 0.5
+    return Verdict(diff, diff >= worst - tol, pre)
