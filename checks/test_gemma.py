@@ -241,3 +241,11 @@ def test_real_prompted_rows_decode_to_text_and_template():
         assert tok.decode(kept[1:]) == text + PRESETS[MODEL].prompt.suffix
         checked += 1
     assert checked > 80
+
+
+@pytest.mark.slow
+@real
+def test_real_sparq_bytes_equal_the_closed_form():
+    from checks.test_pretrained import sparq_dense_bytes_match_the_closed_form
+
+    sparq_dense_bytes_match_the_closed_form(MODEL)

@@ -219,3 +219,40 @@ def test_probe_head_reproduces_the_fitted_logistic_regression(monkeypatch, tmp_p
     for a, c, d in zip((w, b), cached, again, strict=True):
         assert torch.equal(a, c) and torch.equal(c, d)
     heldout.probe_head.cache_clear()
+
+
+def sparq_dense_bytes_match_the_closed_form(model: str) -> None:
+    """The uncompressed ZO pipeline's bytes per step on ``model``: (M-1)(P+1) activation and residual
+    messages at the split's real widths, the labels ([B] class ids) once, P float32 scalars back
+    (SparQ App. C.3's counts; the sizes written here from the shapes, not read from the run)."""
+    from algorithms.zo import wire
+    from harness.launcher import run
+    from harness.models import PRESETS
+    from harness.registry import make_config
+
+    B, T, P = 2, 16, 2
+    cfg = make_config("sparq", model=model, data="tweets-sentiment", world_size=2, steps=1, batch_size=B,
+                      seq_len=T, params=dict(lr=1e-7, perturbations=P, bits=None, format="dense"))
+    rec = run(cfg)
+    pr = PRESETS[model]
+    act = wire.act_nbytes((B, T, pr.ffn_dim), 0, None, 4, "dense")
+    res = wire.dense_nbytes((B, T, pr.d_model), 4)
+    labels = wire.labels_nbytes((B,), pr.num_labels)
+    assert rec.metrics["payload_bytes_per_step"].value == (P + 1) * (act + res) + labels + 4 * P
+    assert rec.metrics["messages_per_step"].value == (P + 1) * 2 + 1 + 1
+
+
+def test_sparq_bytes_on_the_encoder_equal_the_closed_form():
+    sparq_dense_bytes_match_the_closed_form(MODEL)
+
+
+def test_pipeline_bytes_on_the_encoder_equal_the_closed_form():
+    from algorithms.pipeline.compressed import expected_bytes_per_step
+    from harness.launcher import run
+    from harness.registry import make_config
+
+    cfg = make_config("direct-compress", model=MODEL, data="tweets-sentiment", world_size=2, steps=2,
+                      batch_size=2, seq_len=16, params={"fwd": "topk:ratio=0.1", "bwd": "qstoch:bits=4",
+                                                        "cut": "ffn_act", "lr": 1e-4})
+    rec = run(cfg)
+    assert rec.metrics["payload_bytes_per_step"].value == pytest.approx(expected_bytes_per_step(cfg), rel=1e-12)
