@@ -69,9 +69,21 @@ def _namespaces_of(launcher: int) -> list[str]:
     return [line.split()[0] for line in out.splitlines() if line.startswith(f"cb-{launcher}-")]
 
 
+_OUT_ROOT: list[str] = []
+
+
+@pytest.fixture(scope="module", autouse=True)
+def _out_root():
+    """One temporary directory for every run's --out in this module, removed at its end."""
+    with tempfile.TemporaryDirectory(prefix="cbchk-") as root:
+        _OUT_ROOT.append(root)
+        yield
+        _OUT_ROOT.remove(root)
+
+
 def _start(*extra: str, steps: int = 100000, timeout: float = 60) -> subprocess.Popen:
     cmd = [sys.executable, "-m", "harness.cli", *RUN, "--steps", str(steps), "--timeout", str(timeout),
-           "--out", os.path.join(tempfile.mkdtemp(prefix="cbchk-"), "r.json"), *extra]
+           "--out", os.path.join(tempfile.mkdtemp(dir=_OUT_ROOT[-1]), "r.json"), *extra]
     return subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
                             start_new_session=True)
 
