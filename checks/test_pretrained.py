@@ -256,3 +256,27 @@ def test_pipeline_bytes_on_the_encoder_equal_the_closed_form():
                                                         "cut": "ffn_act", "lr": 1e-4})
     rec = run(cfg)
     assert rec.metrics["payload_bytes_per_step"].value == pytest.approx(expected_bytes_per_step(cfg), rel=1e-12)
+
+
+# every pipeline and ZO algorithm on the pretrained encoder: one step, the held-out rows evaluated
+# (gloo: pipeline-sgd, whose 512 held-out rows cross the wire; the rest threads, 48 rows)
+ON_THE_ENCODER = [("fo-sgd", 1, "threads"), ("pipeline-sgd", 2, "gloo"), ("direct-compress", 2, "threads"),
+                  ("aq-sgd", 2, "threads"), ("clapping-fc", 2, "threads"), ("clapping-fu", 3, "threads"),
+                  ("mezo", 1, "threads"), ("zo2", 1, "threads"), ("sparq", 2, "threads"),
+                  ("distzo2-ddp", 2, "threads"), ("distzo2-pertp", 2, "threads"), ("distzo2-2d", 4, "threads")]
+
+
+@pytest.mark.parametrize("algo,world,backend", ON_THE_ENCODER, ids=[a for a, _, _ in ON_THE_ENCODER])
+def test_every_pipeline_and_zo_algorithm_runs_on_the_encoder(algo, world, backend, monkeypatch):
+    from harness import heldout
+    from harness.launcher import run
+    from harness.registry import make_config
+
+    monkeypatch.setattr(heldout, "HELDOUT_ROWS", 48)  # threads ranks: the evaluation's cost, not its meaning
+
+    cfg = make_config(algo, model=MODEL, data="tweets-sentiment", world_size=world, backend=backend, steps=1,
+                      batch_size=16, seq_len=16, params={"lr": 1e-6})
+    rec = run(cfg)
+    m = rec.metrics
+    assert 0 <= m["val_accuracy"].value <= 1 and m["majority_accuracy"].value >= 0.5
+    assert m["val_loss"].value == pytest.approx(m["val_loss"].value) and m["val_loss"].value > 0  # finite

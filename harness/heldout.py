@@ -22,7 +22,7 @@ import os
 
 import torch
 
-__all__ = ["HELDOUT_ROWS", "PROBE_ROWS", "evaluate_model", "evaluate_stages", "heldout_batches",
+__all__ = ["HELDOUT_ROWS", "PROBE_ROWS", "evaluate_model", "evaluate_params", "evaluate_stages", "heldout_batches",
            "init_head", "probe_head"]
 
 HELDOUT_ROWS = 512  # 2 % standard error on an accuracy near 80 %
@@ -73,6 +73,22 @@ def evaluate_model(ctx, model, when: str) -> None:
         c, lsum = _score(model(ids).logits, labels)
         correct, loss = correct + c, loss + lsum
     _record(ctx, when, correct, loss, sum(len(y) for _, y in batches), [y for _, y in batches])
+
+
+@torch.no_grad()
+def evaluate_params(ctx, named_params, when: str) -> None:
+    """Held-out accuracy of the unsplit model holding ``named_params`` (``(global index, tensor)``
+    of every parameter), for engines that keep the weights outside a model (ZO2's host blocks);
+    the last rank evaluates, as the pipelines' last stage does."""
+    if ctx.rank != ctx.world_size - 1 or heldout_batches(ctx.cfg, ctx.device) is None:
+        return
+    from .models import build_model
+
+    model = build_model(ctx.cfg.model, seed=ctx.cfg.seed, dtype=ctx.dtype).eval().to(ctx.device)
+    values = dict(named_params)
+    for i, p in enumerate(model.parameters()):
+        p.copy_(values[i])
+    evaluate_model(ctx, model, when)
 
 
 @torch.no_grad()

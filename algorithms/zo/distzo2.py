@@ -33,6 +33,7 @@ import time
 
 import torch
 
+from harness.heldout import evaluate_params
 from harness.registry import register
 
 from .estimator import evaluations, logged_loss, scalars
@@ -106,6 +107,7 @@ def train(ctx, *, groups: int, pair: int):
     cfg, p = ctx.cfg, ctx.params
     b, s = layout(ctx.rank, pair)
     eng = build_engine(ctx, comm=ctx.comm)
+    evaluate_params(ctx, eng.named_params(), "start")
     n_eval = len(evaluations(p.difference, p.perturbations))
     mine = [k for k in range(n_eval) if k % pair == s]
     ctx.tokens_per_step = cfg.batch_size * cfg.seq_len
@@ -141,7 +143,9 @@ def train(ctx, *, groups: int, pair: int):
     ctx.extra["device_blocks_peak"] = (float(off.log.max_resident), "blocks")
     ctx.extra["device_pool_peak_bytes"] = (float(eng.device_pool_peak_bytes()), "bytes")
     ctx.extra["host_master_bytes"] = (float(sum(h.numel() for h in off.host) * off.esize), "bytes")
-    return ctx.finish(eng.named_params())
+    params = eng.named_params()
+    evaluate_params(ctx, params, "end")
+    return ctx.finish(params)
 
 
 # --------------------------------------------------------------------------- fit rules
