@@ -40,6 +40,7 @@ from algorithms.codecs import (
 )
 from algorithms.codecs._rng import random_words
 from algorithms.codecs.quant import channels_of, fixpoint_scales
+from algorithms.codecs.sparse import topk_mask, topk_mask_reference
 
 seeds = st.integers(0, 2**32 - 1)
 ALPHA = 1e-9  # per-assertion false-alarm rate for Monte Carlo checks
@@ -745,6 +746,24 @@ def test_topk_ties_go_to_the_lower_index():
     y = make_codec("topk:k=3").decode(make_codec("topk:k=3").encode(x))
     assert y.tolist() == [0.0, -3.0, 3.0, 0.0, -3.0, 0.0]
     assert make_codec("topk:ratio=0.1").k_for(30) == 3
+
+
+@settings(max_examples=60)
+@given(seeds, st.integers(1, 300), st.sampled_from([torch.float32, torch.float64, torch.float16, torch.bfloat16]),
+       st.integers(0, 4), st.data())
+def test_topk_mask_equals_the_topk_and_cumsum_reference(seed, n, dtype, levels, data):
+    """The partition threshold keeps exactly the mask of torch.topk plus the cumulative tie count:
+    inputs with few distinct magnitudes (levels > 0; signs and -0.0 mixed in) force ties at the threshold."""
+    k = data.draw(st.integers(0, n + 1))
+    x = randn((n,), seed, torch.float64)
+    if levels:
+        x = torch.randint(-levels, levels + 1, (n,), generator=gen(seed + 1)).double()
+        x = torch.where(x == 0, -x, x)  # some -0.0
+    x = x.to(dtype)
+    got = topk_mask(x, k)
+    want = topk_mask_reference(x, k) if k > 0 else torch.zeros(n, dtype=torch.bool)
+    assert got.dtype == torch.bool and torch.equal(got, want)
+    assert int(got.sum()) == min(k, n)
 
 
 @settings(max_examples=5)
