@@ -61,26 +61,50 @@ def _time(fn: Callable[[], object]) -> tuple[float, float]:
     return time.perf_counter() - w0, time.process_time() - c0
 
 
-def ratios(threads: int, repeats: int) -> dict[str, tuple[list[float], list[float], float]]:
-    torch.set_num_threads(threads)
+Samples = dict[tuple[int, str], list[tuple[float, float]]]
+
+
+def measure(threads: list[int], repeats: int) -> Samples:
+    """(threads, case) -> [(wall s, cpu s)], thread counts and cases interleaved in every repeat."""
     x = _inputs()["dense"]
     cases = _cases(x)
-    for fn in cases.values():  # warm-up: pools, scratch buffers
-        fn()
-    wall: dict[str, list[float]] = {k: [] for k in cases}
-    cpu: dict[str, list[float]] = {k: [] for k in cases}
+    out: Samples = {(th, k): [] for th in threads for k in cases}
+    for th in threads:  # warm-up: pools, scratch buffers
+        torch.set_num_threads(th)
+        for fn in cases.values():
+            fn()
     for _ in range(repeats):
-        t = {k: _time(fn) for k, fn in cases.items()}
-        for k in cases:
-            wall[k].append(t[k][0] / t["clone"][0])
-            cpu[k].append(t[k][1] / max(t["clone"][1], 1e-9))
-    clone_ms = statistics.median([0.0])  # placeholder replaced below
-    clone_ms = 1e3 * statistics.median(_time(x.clone)[0] for _ in range(5))
-    return {k: (wall[k], cpu[k], clone_ms) for k in cases if k != "clone"}
+        for th in threads:
+            torch.set_num_threads(th)
+            for k, fn in cases.items():
+                out[(th, k)].append(_time(fn))
+    return out
 
 
 def _fmt(v: list[float]) -> str:
     return f"{statistics.median(v):6.2f} [{min(v):.2f}, {max(v):.2f}]"
+
+
+def report(s: Samples, threads: list[int]) -> None:
+    cases = [k for (th, k) in s if th == threads[0]]
+    for th in threads:
+        clone = s[(th, "clone")]
+        print(f"\nthreads={th}: clone of 4M fp32 median {1e3 * statistics.median(w for w, _ in clone):.2f} ms; "
+              "encode / clone of the same repeat, median [min, max]")
+        print(f"  {'case':16s} {'ms':>8s} {'wall ratio':>22s} {'cpu ratio':>22s}")
+        for k in cases:
+            if k == "clone":
+                continue
+            w = [a[0] / b[0] for a, b in zip(s[(th, k)], clone)]
+            c = [a[1] / max(b[1], 1e-9) for a, b in zip(s[(th, k)], clone)]
+            ms = 1e3 * statistics.median(a[0] for a in s[(th, k)])
+            print(f"  {k:16s} {ms:8.2f} {_fmt(w):>22s} {_fmt(c):>22s}")
+    if len(threads) > 1:
+        a, b = threads[0], threads[-1]
+        print(f"\nwall time at {b} threads / at {a} thread(s), same repeat, median [min, max] (>1: slower)")
+        for k in cases:
+            r = [y[0] / x[0] for x, y in zip(s[(a, k)], s[(b, k)])]
+            print(f"  {k:16s} {_fmt(r):>22s}")
 
 
 def sparse_qstoch_floor() -> list[tuple[str, int, float]]:
@@ -104,14 +128,8 @@ def main() -> None:
     ap.add_argument("--threads", default="1,2")
     a = ap.parse_args()
     print(f"load average before: {os.getloadavg()}  cpus: {os.cpu_count()}  torch {torch.__version__}")
-    for th in (int(s) for s in a.threads.split(",")):
-        res = ratios(th, a.repeats)
-        clone_ms = next(iter(res.values()))[2]
-        print(f"\nthreads={th}  clone of 4M fp32 = {clone_ms:.2f} ms; encode / clone, median [min, max] "
-              f"over {a.repeats} interleaved repeats")
-        print(f"  {'case':16s} {'wall':>22s} {'cpu':>22s}")
-        for k, (w, c, _) in res.items():
-            print(f"  {k:16s} {_fmt(w):>22s} {_fmt(c):>22s}")
+    threads = [int(t) for t in a.threads.split(",")]
+    report(measure(threads, a.repeats), threads)
     print("\nsparse-qstoch:bits=4 bytes / information floor")
     for case, nb, r in sparse_qstoch_floor():
         print(f"  {case:22s} {nb:9d} B  {r:.3f}")

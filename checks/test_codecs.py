@@ -1325,3 +1325,23 @@ def test_identity_claims_omega_zero_and_casts_claim_no_bound():
     assert ident.contraction_bound(64) == 0.0
     for cast in ("fp16", "bf16", "fp32", "fp64"):
         assert make_codec(cast).contraction_bound(64) is None
+
+
+@settings(max_examples=40)
+@given(seeds, st.integers(1, 40), st.integers(2, 40), st.booleans(), st.booleans(), st.booleans())
+def test_channel_absmax_equals_torchs_amin_amax_bit_for_bit(seed, N, H, f64, transposed, nan):
+    """The numpy column reductions give torch's scales bit for bit, all-zero (+0 / -0) columns included."""
+    from algorithms.codecs.quant import _absmax_channels, _absmax_columns_torch
+
+    g = gen(seed)
+    x = torch.randn(N, H, generator=g, dtype=torch.float64 if f64 else torch.float32)
+    x[:, torch.rand(H, generator=g) < 0.15] = -0.0
+    x[:, torch.rand(H, generator=g) < 0.15] = 0.0
+    if nan:
+        x[torch.rand(N, H, generator=g) < 0.1] = float("nan")
+    if transposed:
+        x = x.T.contiguous().T
+    got, want = _absmax_channels(x), _absmax_columns_torch(x)
+    assert torch.equal(got.isnan(), want.isnan())
+    ibits = torch.int64 if f64 else torch.int32
+    assert got.dtype == want.dtype and torch.equal(got.view(ibits)[~got.isnan()], want.view(ibits)[~want.isnan()])
