@@ -1,7 +1,7 @@
 """Codec encode cost as a multiple of ``torch.clone`` on a 4M-element float32 tensor.
 
 Every repeat times each case once, in turn (interleaved), and divides it by the
-clone timed in the same repeat; the table gives the median ratio and its
+clone timed in the same repeat (each the least of three back-to-back runs); the table gives the median ratio and its
 [min, max] over repeats, for wall and process CPU time, at 1 and 2 intra-op
 threads (the codec pool follows ``torch.get_num_threads``).  The machine's load
 average is printed before and after: the ratios are only comparable within one
@@ -77,7 +77,8 @@ def measure(threads: list[int], repeats: int) -> Samples:
         for th in threads:
             torch.set_num_threads(th)
             for k, fn in cases.items():
-                out[(th, k)].append(_time(fn))
+                # the least disturbed of three: one sample on a shared machine is mostly its load
+                out[(th, k)].append(min(_time(fn) for _ in range(3)))
     return out
 
 
