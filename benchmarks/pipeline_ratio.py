@@ -80,7 +80,8 @@ def _gpipe_rank(rank: int, port: int, cfg, q) -> None:
         opt.step()
         times.append(time.perf_counter() - w0)
         cpu.append(time.process_time() - c0)
-    q.put((rank, times, cpu, [(i, t.detach().clone()) for i, _, t in stage.global_named_parameters()]))
+    # numpy arrays pickle by value (a tensor would be shared through a file descriptor of this process)
+    q.put((rank, times, cpu, [(i, t.detach().numpy().copy()) for i, _, t in stage.global_named_parameters()]))
     dist.barrier()
     dist.destroy_process_group()
 
@@ -102,7 +103,7 @@ def gpipe(cfg) -> tuple[float, float, str]:
         pr.join()
     meds = [statistics.median(t[WARMUP:]) for _, t, _, _ in out]
     slow = max(range(2), key=lambda r: meds[r])
-    params = sorted((p for *_, ps in out for p in ps), key=lambda p: p[0])
+    params = sorted(((i, torch.from_numpy(a)) for *_, ps in out for i, a in ps), key=lambda p: p[0])
     return meds[slow], statistics.median(out[slow][2][WARMUP:]), params_sha256(params)
 
 
