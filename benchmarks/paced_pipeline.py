@@ -5,10 +5,10 @@ the compute, transport included) and shaped, alternately.  The table gives the
 shaped step time over ``max(compute, busier direction's wire bytes / rate)``:
 1.0 would be a link that is busy the whole step or a compute that never waits.
 Activations go forward and gradients back on the two directions of the link,
-so with GPipe and ``M`` micro-batches what the schedule cannot hide is the
-first micro-batch's forward transfer and the last one's backward transfer:
-``max(compute, dir) + 2 dir / M`` is the bound the ratio is also given
-against.  The load average is printed: the machine may be shared.
+but with GPipe the last stage starts its first backward only once the last
+forward micro-batch arrived, so the two directions are busy one after the
+other: ``max(compute, forward + backward direction)`` is the bound the ratio is
+also givenagainst.  The load average is printed: the machine may be shared.
 
     python3 -m benchmarks.paced_pipeline [--rates 2mbit,10mbit,80mbit] [--repeats 3]
 """
@@ -50,7 +50,7 @@ def main() -> None:
             per_msg = payload / msgs
             direction = (a.micro_batches * wire_bytes(int(per_msg), FRAME_HEADER_BYTES)) * 8 / bps
             best = max(compute, direction)
-            bound = best + 2 * direction / a.micro_batches
+            bound = max(compute, 2 * direction)  # GPipe: the backward direction follows the forward
             r_max.append(step / best)
             r_bound.append(step / bound)
             rows.append((compute, direction, step))
