@@ -8,7 +8,7 @@ Activations go forward and gradients back on the two directions of the link,
 but with GPipe the last stage starts its first backward only once the last
 forward micro-batch arrived, so the two directions are busy one after the
 other: ``max(compute, forward + backward direction)`` is the bound the ratio is
-also givenagainst.  The load average is printed: the machine may be shared.
+also given against.  The load average is printed: the machine may be shared.
 
     python3 -m benchmarks.paced_pipeline [--rates 2mbit,10mbit,80mbit] [--repeats 3]
 """
