@@ -73,12 +73,12 @@ def main() -> None:
     print(f"clone median {1e3 * statistics.median(w for w, _ in clone):.2f} ms")
     for k in cases:
         if k != "clone":
-            w = [x[0] / c[0] for x, c in zip(res[k], clone)]
-            c = [x[1] / c[1] for x, c in zip(res[k], clone)]
+            w = [x[0] / c[0] for x, c in zip(res[k], clone, strict=True)]
+            c = [x[1] / c[1] for x, c in zip(res[k], clone, strict=True)]
             print(f"  {k:22s} {1e3 * statistics.median(x[0] for x in res[k]):8.2f} ms  "
                   f"wall / clone {_fmt(w)}  cpu / clone {_fmt(c)}")
     for s in SPECS:
-        r = [n[1] / o[1] for n, o in zip(res[f"{s} new"], res[f"{s} old"])]
+        r = [n[1] / o[1] for n, o in zip(res[f"{s} new"], res[f"{s} old"], strict=True)]
         print(f"  {s:22s} new / old cpu {_fmt(r)}")
     print(f"load average after: {os.getloadavg()}")
 

@@ -96,15 +96,15 @@ def report(s: Samples, threads: list[int]) -> None:
         for k in cases:
             if k == "clone":
                 continue
-            w = [a[0] / b[0] for a, b in zip(s[(th, k)], clone)]
-            c = [a[1] / max(b[1], 1e-9) for a, b in zip(s[(th, k)], clone)]
+            w = [a[0] / b[0] for a, b in zip(s[(th, k)], clone, strict=True)]
+            c = [a[1] / max(b[1], 1e-9) for a, b in zip(s[(th, k)], clone, strict=True)]
             ms = 1e3 * statistics.median(a[0] for a in s[(th, k)])
             print(f"  {k:16s} {ms:8.2f} {_fmt(w):>22s} {_fmt(c):>22s}")
     if len(threads) > 1:
         a, b = threads[0], threads[-1]
         print(f"\nwall time at {b} threads / at {a} thread(s), same repeat, median [min, max] (>1: slower)")
         for k in cases:
-            r = [y[0] / x[0] for x, y in zip(s[(a, k)], s[(b, k)])]
+            r = [y[0] / x[0] for x, y in zip(s[(a, k)], s[(b, k)], strict=True)]
             print(f"  {k:16s} {_fmt(r):>22s}")
 
 

@@ -54,7 +54,7 @@ def main() -> None:
             r_max.append(step / best)
             r_bound.append(step / bound)
             rows.append((compute, direction, step))
-        c, d, s = (statistics.median(v) for v in zip(*rows))
+        c, d, s = (statistics.median(v) for v in zip(*rows, strict=True))
         print(f"{rate}: compute {1e3 * c:.1f} ms, busier direction {1e3 * d:.1f} ms, shaped step {1e3 * s:.1f} ms; "
               f"step / max(compute, direction) = {statistics.median(r_max):.3f} [{min(r_max):.3f}, {max(r_max):.3f}]; "
               f"step / GPipe bound = {statistics.median(r_bound):.3f} [{min(r_bound):.3f}, {max(r_bound):.3f}]")

@@ -20,10 +20,8 @@ from algorithms.codecs import (
     CodecError,
     Payload,
     decode,
-    pack_bits,
     make_codec,
     qstoch_law,
-    unpack_bits,
 )
 from algorithms.codecs._core import FAMILY_SPARSE_QSTOCH, build_header, seal
 from algorithms.codecs.ids import id_nbytes, ids_nbytes
@@ -209,7 +207,12 @@ def test_sparse_qstoch_refuses_malformed_bodies():
 @given(seeds, st.integers(2, 8), st.sampled_from([0.02, 0.3, 0.95]))
 def test_sparse_qstoch_layouts_carry_the_same_values(seed, bits, density):
     """The cheapest layout is the one sent, and every layout decodes to the same tensor."""
-    from algorithms.codecs.sparse_qstoch import LAYOUT_SHIFT, PARAMS, SparseQStochCodec, choose_layout
+    from algorithms.codecs.sparse_qstoch import (
+        LAYOUT_SHIFT,
+        PARAMS,
+        SparseQStochCodec,
+        choose_layout,
+    )
 
     x = _sparse(seed, (200,), density, torch.float32)
     n, nnz = x.numel(), int(torch.count_nonzero(x))

@@ -48,8 +48,8 @@ from ._core import (
     make_payload,
 )
 from .bitpack import pack_bits, packed_nbytes, unpack_bits
-from .sparse_body import FMT_BITMAP, decode_positions, encode_positions
 from .quant import FLT32_MAX, FLT32_MIN_NORMAL, QSTOCH_BITS, _QStochBits, qstoch_law
+from .sparse_body import FMT_BITMAP, decode_positions, encode_positions
 
 PARAMS = struct.Struct("<BfI")  # B | layout << 6, δ, nnz
 LAYOUT_INDEX, LAYOUT_BITMAP, LAYOUT_DENSE = 0, 1, 2
