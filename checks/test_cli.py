@@ -444,3 +444,25 @@ def test_a_diverging_parameter_server_run_says_diverged_not_codec_error(tmp_path
     err = capsys.readouterr().err.strip().splitlines()
     assert code == 1 and len(err) == 1, err
     assert "diverged" in err[0] and "failed: CodecError" not in err[0] and not out.exists(), err
+
+
+def test_progress_is_reported_at_a_bounded_rate(monkeypatch):
+    """Progress (a launched run's last rank writes a file per report) comes at the first and the last
+    step and otherwise at most once per PROGRESS_INTERVAL_S of the clock: here each step moves it by
+    a quarter of that interval, so 20 steps give steps 1, 5, 9, 13, 17 and 20."""
+    import harness.context as context
+    from harness.launcher import run
+    from harness.registry import make_config
+
+    now = [0.0]
+
+    def clock():
+        now[0] += 0.25  # one call per step, one at the start (binary fractions: exact)
+        return now[0]
+
+    monkeypatch.setattr(context, "_clock", clock)
+    monkeypatch.setattr(context, "PROGRESS_INTERVAL_S", 1.0)
+    seen = []
+    cfg = make_config("fo-sgd", world_size=1, steps=20, batch_size=2, seq_len=8)
+    run(cfg, progress=lambda step, values: seen.append(step))
+    assert seen == [1, 5, 9, 13, 17, 20]

@@ -40,6 +40,7 @@ from algorithms.codecs import (
 )
 from algorithms.codecs._rng import random_words
 from algorithms.codecs.quant import channels_of, fixpoint_scales
+from algorithms.codecs.sparse import topk_mask, topk_mask_reference
 
 seeds = st.integers(0, 2**32 - 1)
 ALPHA = 1e-9  # per-assertion false-alarm rate for Monte Carlo checks
@@ -747,6 +748,24 @@ def test_topk_ties_go_to_the_lower_index():
     assert make_codec("topk:ratio=0.1").k_for(30) == 3
 
 
+@settings(max_examples=60)
+@given(seeds, st.integers(1, 300), st.sampled_from([torch.float32, torch.float64, torch.float16, torch.bfloat16]),
+       st.integers(0, 4), st.data())
+def test_topk_mask_equals_the_topk_and_cumsum_reference(seed, n, dtype, levels, data):
+    """The partition threshold keeps exactly the mask of torch.topk plus the cumulative tie count:
+    inputs with few distinct magnitudes (levels > 0; signs and -0.0 mixed in) force ties at the threshold."""
+    k = data.draw(st.integers(0, n + 1))
+    x = randn((n,), seed, torch.float64)
+    if levels:
+        x = torch.randint(-levels, levels + 1, (n,), generator=gen(seed + 1)).double()
+        x = torch.where(x == 0, -x, x)  # some -0.0
+    x = x.to(dtype)
+    got = topk_mask(x, k)
+    want = topk_mask_reference(x, k) if k > 0 else torch.zeros(n, dtype=torch.bool)
+    assert got.dtype == torch.bool and torch.equal(got, want)
+    assert int(got.sum()) == min(k, n)
+
+
 @settings(max_examples=5)
 @given(seeds, st.integers(2, 12), st.booleans(), st.data())
 def test_randk_exact_moments_and_monte_carlo(seed, d, scaled, data):
@@ -1306,3 +1325,23 @@ def test_identity_claims_omega_zero_and_casts_claim_no_bound():
     assert ident.contraction_bound(64) == 0.0
     for cast in ("fp16", "bf16", "fp32", "fp64"):
         assert make_codec(cast).contraction_bound(64) is None
+
+
+@settings(max_examples=40)
+@given(seeds, st.integers(1, 40), st.integers(2, 40), st.booleans(), st.booleans(), st.booleans())
+def test_channel_absmax_equals_torchs_amin_amax_bit_for_bit(seed, N, H, f64, transposed, nan):
+    """The numpy column reductions give torch's scales bit for bit, all-zero (+0 / -0) columns included."""
+    from algorithms.codecs.quant import _absmax_channels, _absmax_columns_torch
+
+    g = gen(seed)
+    x = torch.randn(N, H, generator=g, dtype=torch.float64 if f64 else torch.float32)
+    x[:, torch.rand(H, generator=g) < 0.15] = -0.0
+    x[:, torch.rand(H, generator=g) < 0.15] = 0.0
+    if nan:
+        x[torch.rand(N, H, generator=g) < 0.1] = float("nan")
+    if transposed:
+        x = x.T.contiguous().T
+    got, want = _absmax_channels(x), _absmax_columns_torch(x)
+    assert torch.equal(got.isnan(), want.isnan())
+    ibits = torch.int64 if f64 else torch.int32
+    assert got.dtype == want.dtype and torch.equal(got.view(ibits)[~got.isnan()], want.view(ibits)[~want.isnan()])

@@ -352,6 +352,41 @@ def test_gloo_peer_death_is_an_error_within_the_timeout():
     assert time.monotonic() - t0 < 60
 
 
+def _dies_with_sends_in_flight(report, fifo, comm):
+    import os
+
+    if comm.rank == 1:  # never receives; dies once rank 0 has posted its sends
+        with open(fifo, "rb") as f:
+            f.read()
+        os._exit(7)
+    t0 = time.monotonic()
+    try:
+        for _ in range(3):  # more than the sockets buffer: posted, in flight when the peer dies
+            comm.send(torch.zeros(16 << 20, dtype=torch.uint8), 1)
+        with open(fifo, "wb") as f:
+            f.write(b"x")
+        comm.barrier()  # a synchronisation point: waits for them
+        msg = "no error"
+    except CommError as e:
+        msg = f"CommError: {e}"
+    with open(report, "w") as f:
+        f.write(f"{time.monotonic() - t0:.3f} {msg}")
+    return msg
+
+
+@pytest.mark.gloo
+def test_gloo_peer_death_with_sends_in_flight_is_named_within_the_timeout(tmp_path):
+    # The sends return before the peer took them (a blocking send would wait for it here
+    # until the timeout); the barrier's wait for them names the dead peer.
+    report, fifo = tmp_path / "rank0.txt", tmp_path / "fifo"
+    os.mkfifo(fifo)
+    with pytest.raises(RankFailed, match="rank 1"):
+        run_gloo(2, functools.partial(_dies_with_sends_in_flight, str(report), str(fifo)), timeout_s=20)
+    took, msg = report.read_text().split(" ", 1)
+    assert msg.startswith("CommError: rank 0: send to rank 1 failed"), msg
+    assert float(took) < 20
+
+
 @settings(max_examples=5)
 @given(latency=st.sampled_from([5.0, 20.0]))
 def test_latency_is_injected_per_message(latency):

@@ -103,13 +103,14 @@ def test_same_config_same_peak_tensor_bytes(algo, backend):
     assert min(per_rank) > 4 * 10_000
 
 
-def _meter_one_message(comm, nbytes: int, unread: bool = False) -> int:
+def _meter_one_message(comm, nbytes: int, unread: bool = False, settled: bool = False) -> int:
     """Rank 0 sends ``nbytes`` and returns what its meter holds over its payload afterwards;
     rank 1 returns what its meter gained by receiving.  With ``unread`` rank 0 reads its meter
-    while the message still waits unread (threads: a send returns at once; a gloo send
-    completes only when the receiver has it)."""
+    while the message still waits unread (threads: a send returns at once).  With ``settled``
+    rank 0 reads it after a barrier, a synchronisation point (a gloo send is posted and its
+    frame held until the send completes: at the latest there)."""
     def sync():
-        if unread:
+        if unread or settled:
             comm.barrier()
 
     m = TensorMemoryMeter()
@@ -118,11 +119,13 @@ def _meter_one_message(comm, nbytes: int, unread: bool = False) -> int:
             payload = torch.ones(nbytes, dtype=torch.uint8)
             base = m.current
             comm.send(payload, 1)
-            sync()  # the message is in rank 1's mailbox, not yet received
+            sync()  # unread: the message is in rank 1's mailbox, not yet received
             held = m.current - base
-            sync()
+            if unread:
+                sync()
             return held
-        sync()
+        if unread:
+            sync()
         base = m.current
         got = comm.recv(0)
         gained = m.current - base
@@ -150,8 +153,8 @@ def test_gloo_receive_scratch_is_not_a_ranks_tensor():
     from ._gloo import run_gloo
 
     nbytes = 1_000_000
-    held, gained = run_gloo(2, partial(_meter_one_message, nbytes=nbytes))
-    assert held == 0  # the sender's frame is gone once the send completed
+    held, gained = run_gloo(2, partial(_meter_one_message, nbytes=nbytes, settled=True))
+    assert held == 0  # the sender's frame is gone once the send completed (by the barrier)
     # the payload's buffer (with its end marker and slack) and at most the header buffer: kilobytes,
     # not max_frame_bytes
     assert nbytes <= gained <= nbytes + 8192

@@ -22,7 +22,6 @@ from algorithms.codecs import (
     decode,
     make_codec,
     qstoch_law,
-    unpack_bits,
 )
 from algorithms.codecs._core import FAMILY_SPARSE_QSTOCH, build_header, seal
 from algorithms.codecs.ids import id_nbytes, ids_nbytes
@@ -119,7 +118,9 @@ def test_sparse_qstoch_bytes_law_and_round_trip(seed, bits, shape, density, dtyp
     p = codec.encode(x, gen(seed))
     w = max(1, math.ceil(math.log2(n))) if n > 1 else 1
     assert p.nbytes == codec.encoded_nbytes(x) == sparse_qstoch_nbytes(n, nnz, bits, x.dim())
-    assert p.nbytes == 23 + 4 * x.dim() + math.ceil(nnz * w / 8) + math.ceil(nnz * bits / 8)
+    codes = math.ceil(nnz * bits / 8)  # the cheapest of index list, bitmap and dense codes
+    body = min(math.ceil(nnz * w / 8) + codes, math.ceil(n / 8) + codes, math.ceil(n * bits / 8))
+    assert p.nbytes == 23 + 4 * x.dim() + body
     assert torch.equal(p.data, codec.encode(x, gen(seed)).data)  # the generator is the only randomness
     y = decode(p)
     assert y.shape == x.shape and y.dtype == x.dtype and torch.equal(codec.decode(p), y)
@@ -190,13 +191,49 @@ def test_sparse_qstoch_refuses_malformed_bodies():
         decode(_forged(struct.pack("<BfI", 4, 1.0, 6), [0] * 6))
     with pytest.raises(CodecError, match="bits"):
         decode(_forged(struct.pack("<BfI", 1, 1.0, 0), []))
+    bitmap = struct.pack("<BfI", 4 | 1 << 6, 1.0, 2)  # 5 entries: 1 bitmap byte, then the codes
+    assert torch.equal(decode(_forged(bitmap, [0b0101_0000, 0x9A])), torch.tensor([0.0, 1.0, 0.0, 2.0, 0.0]))
+    for body, match in (([0b0111_0000, 0x9A], "set bits"), ([0b0101_0100, 0x9A], "padding|set bits"),
+                        ([0b0101_0000, 0x90], "code 0")):
+        with pytest.raises(CodecError, match=match):
+            decode(_forged(bitmap, body))
+    dense = struct.pack("<BfI", 4 | 2 << 6, 1.0, 2)  # 5 codes, zeros as the code 8
+    assert torch.equal(decode(_forged(dense, [0x89, 0x8A, 0x80])), torch.tensor([0.0, 1.0, 0.0, 2.0, 0.0]))
+    for raw in (4 | 3 << 6, 4 | 1 << 5):  # no layout 3; bit 5 is not part of the width
+        with pytest.raises(CodecError, match="bits byte"):
+            decode(_forged(struct.pack("<BfI", raw, 1.0, 2), [0x89, 0x8A, 0x80]))
+
+
+@given(seeds, st.integers(2, 8), st.sampled_from([0.02, 0.3, 0.95]))
+def test_sparse_qstoch_layouts_carry_the_same_values(seed, bits, density):
+    """The cheapest layout is the one sent, and every layout decodes to the same tensor."""
+    from algorithms.codecs.sparse_qstoch import (
+        LAYOUT_SHIFT,
+        PARAMS,
+        SparseQStochCodec,
+        choose_layout,
+    )
+
+    x = _sparse(seed, (200,), density, torch.float32)
+    n, nnz = x.numel(), int(torch.count_nonzero(x))
+    codec = SparseQStochCodec(bits)
+    p = codec.encode(x, gen(seed))
+    assert PARAMS.unpack(bytes(p.data[10:19].tolist()))[0] >> LAYOUT_SHIFT == choose_layout(n, nnz, bits)
+    sizes = []
+    for layout in range(3):
+        q = codec._encode(x, gen(seed), layout)
+        seal(q.data)  # encode() seals; the private entry point does not
+        assert torch.equal(decode(q), decode(p))
+        sizes.append(q.nbytes)
+    assert p.nbytes == min(sizes)
 
 
 def test_sparse_qstoch_truncated_or_corrupted_payloads_are_refused():
     codec = make_codec("sparse-qstoch:bits=5")
     x = torch.tensor([0.5, 0.0, -1.25, 0.0, 3.0, 0.0, 0.0, 2.0])
     p = codec.encode(x, gen(0))
-    assert unpack_bits(p.data[27:29], 3, 4).tolist() == [0, 2, 4, 7]  # the indices, 3 bits each
+    # bitmap (1 + 3 bytes) beats the index list (2 + 3) and the dense codes (5)
+    assert p.data[10] >> 6 == 1 and p.data[27].item() == 0b1010_1001
     for bad in _corruptions(p, 23 + 4):
         with pytest.raises(CodecError):
             codec.decode(bad)

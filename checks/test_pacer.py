@@ -119,3 +119,29 @@ def test_pacing_changes_time_only():
     assert paced.config["net"] == "pacer"
     assert paced.metrics["payload_bytes_per_step"].value == plain.metrics["payload_bytes_per_step"].value
     assert paced.metrics["params_sha256"].value == plain.metrics["params_sha256"].value
+
+
+def test_the_link_delays_the_bytes_not_the_sender():
+    """A paced send returns at once: the message waits for its link in the sender thread, not in the
+    caller.  Its release is seconds after the send returned (bytes over the rate, beyond the
+    bucket), and the peer's mailbox is still empty then; it arrives whole, and the bucket's
+    closed-form wait is what the link delayed it by."""
+    rate, n = 1e6, 250_000  # 2 s of link time, 48 ms of it covered by the bucket
+
+    def body(comm):
+        if comm.rank == 0:
+            payload = torch.arange(n, dtype=torch.int64).to(torch.uint8)
+            comm.send(payload, 1)
+            pending = comm.pacer.up.free_at - comm.pacer.up.burst_s - comm.pacer.clock()
+            queued = len(comm.world.mail.get((0, 1), ()))
+            payload.zero_()  # the caller may reuse its buffer at once
+            comm.barrier()  # a synchronisation point: the message has left before it
+            return pending, queued, comm.pacer.waited_s
+        got = comm.recv(0)
+        comm.barrier()
+        return torch.equal(got, torch.arange(n, dtype=torch.int64).to(torch.uint8))
+
+    (pending, queued, waited), ok = run_threads(2, body, bandwidth_bps=rate)
+    assert pending > 1.0 and queued == 0
+    assert math.isclose(waited, (8 * _wire(n, 16) - 8 * 6000) / rate, rel_tol=1e-9)
+    assert ok

@@ -11,6 +11,7 @@ from __future__ import annotations
 import contextlib
 import math
 import os
+import time
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 
@@ -19,6 +20,9 @@ import torch
 from . import rank_meters
 from .comm import Comm, MeterSnapshot
 from .config import RunConfig, parse_fault
+
+PROGRESS_INTERVAL_S = 0.5  # the shortest time between two progress reports of a run
+_clock = time.monotonic  # the progress rate's clock (a check replaces it)
 
 
 class InjectedFault(RuntimeError):
@@ -67,6 +71,7 @@ class RankContext:
         self.extra: dict[str, tuple[float, str]] = {}  # name -> (value, unit)
         self.tokens_per_step = 0
         self._progress = progress
+        self._last_report = _clock()
         self._timer = rank_meters.StepTimer(self.device)
         self._snap0: MeterSnapshot | None = None
         self._window: MeterSnapshot | None = None
@@ -115,9 +120,18 @@ class RankContext:
             self._maybe_fail(step)
             yield step
             self._timer.stop()
-            if self._progress is not None:
+            if self._progress is not None and self._report_due(step):
                 self._progress(step + 1, {k: v[-1] for k, v in self.history.items() if v})
         self._close_window()
+
+    def _report_due(self, step: int) -> bool:
+        """Progress at a bounded rate (a launched run's last rank writes a file per report):
+        the first and the last step, and otherwise at most one report per PROGRESS_INTERVAL_S."""
+        now = _clock()
+        if step in (0, self.cfg.steps - 1) or now - self._last_report >= PROGRESS_INTERVAL_S:
+            self._last_report = now
+            return True
+        return False
 
     @contextlib.contextmanager
     def unmetered(self) -> Iterator[None]:

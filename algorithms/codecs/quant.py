@@ -443,6 +443,15 @@ def _absmax_channels(x2: torch.Tensor) -> torch.Tensor:
     if H == 1:
         mn, mx = torch.aminmax(x2.reshape(-1))
         return torch.maximum(-mn, mx).reshape(1)
+    # numpy's column reductions are ~2x torch's amin / amax(dim=0); the values are the same
+    xn = x2.numpy()
+    a = np.maximum(-xn.min(axis=0), xn.max(axis=0))  # NaN propagates
+    if not a.all():  # an all-zero column: whether it gets +0 or -0 is torch's (layout-dependent) rule
+        return _absmax_columns_torch(x2)
+    return torch.from_numpy(a)
+
+
+def _absmax_columns_torch(x2: torch.Tensor) -> torch.Tensor:
     return torch.maximum(-x2.amin(dim=0), x2.amax(dim=0))  # aminmax(dim=0) is much slower
 
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 import math
 import struct
 
+import numpy as np
 import torch
 
 from ._core import (
@@ -280,7 +281,37 @@ class _KSparsifier(Codec):
 
 
 def topk_mask(flat: torch.Tensor, k: int) -> torch.Tensor:
-    """Bool mask of the ``k`` largest ``|x|``, ties broken toward the lower index."""
+    """Bool mask of the ``k`` largest ``|x|``, ties broken toward the lower index.
+
+    The threshold is the ``k``-th largest ``|x|``, found by a partition (numpy's
+    introselect: linear time, no sort, no top-k heap); everything above it is
+    kept.  Only when entries tie at the threshold is there a choice to make: the
+    first ``need`` of them in index order are kept (:func:`topk_mask_reference`
+    is the whole-tensor formulation of the same rule).
+    """
+    n = flat.numel()
+    if k >= n:
+        return torch.ones(n, dtype=torch.bool)
+    if k <= 0:
+        return torch.zeros(n, dtype=torch.bool)
+    x = flat.reshape(-1)
+    if x.dtype not in (torch.float32, torch.float64):
+        x = x.float()  # exact for float16 / bfloat16
+    a = np.abs(x.numpy())
+    part = a.copy()
+    part.partition(n - k)
+    thr = part[n - k]
+    del part
+    mask = a >= thr
+    if int(np.count_nonzero(mask)) != k:  # ties at the threshold: keep the lowest indices
+        mask = a > thr
+        need = k - int(np.count_nonzero(mask))
+        mask[np.flatnonzero(a == thr)[:need]] = True
+    return torch.from_numpy(mask)
+
+
+def topk_mask_reference(flat: torch.Tensor, k: int) -> torch.Tensor:
+    """The same mask from ``torch.topk`` and a cumulative count of the ties (slow; for checks)."""
     n = flat.numel()
     if k >= n:
         return torch.ones(n, dtype=torch.bool)

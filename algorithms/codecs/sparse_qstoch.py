@@ -7,14 +7,20 @@ the ``qstoch`` grid ``δ = max|x_nz| / (2**(B-1) - 1)`` (:func:`qstoch_law`),
 one float64 uniform per survivor from the caller's generator.  Zeros stay
 exactly zero.
 
-Layout: the shared header (parameters: ``B`` u8, ``δ`` float32, ``nnz`` u32),
-then the ``nnz`` flat indices (``w = max(1, ceil(log2 n))`` bits each,
-strictly increasing) and the ``nnz`` offset-binary codes ``k + 2**(B-1)``
-(``B`` bits each, ``k in [-L, L]``), both MSB-first (:mod:`.bitpack`).
+Layout: the shared header (parameters: ``B | layout << 6`` u8, ``δ`` float32,
+``nnz`` u32), then the positions and the codes, each section MSB-first
+(:mod:`.bitpack`), in the cheapest of three layouts (ties: the first listed):
 
-Size (bytes): ``h0 + ceil(nnz*w/8) + ceil(nnz*B/8)``, ``h0 = 23 + 4*ndim``; the
-paper counts ``32 + nnz*(w + B)`` bits (δ, then (index, code) pairs: the nnz
-field is ours, byte padding would make the count ambiguous without it).
+* index list (layout 0): the ``nnz`` flat indices (``w = max(1, ceil(log2 n))``
+  bits each, strictly increasing), then the ``nnz`` offset-binary codes
+  ``k + 2**(B-1)`` (``B`` bits each, ``k in [-L, L]``);
+* bitmap (layout 1): one bit per entry (``nnz`` set), then the ``nnz`` codes;
+* dense (layout 2): ``n`` codes, the zeros as the code of ``k = 0``.
+
+Size (bytes): ``h0 + min(ceil(nnz*w/8) + ceil(nnz*B/8), ceil(n/8) + ceil(nnz*B/8),
+ceil(n*B/8))``, ``h0 = 23 + 4*ndim``; the paper counts ``32 + nnz*(w + B)`` bits
+(δ, then (index, code) pairs: the nnz field is ours, byte padding would make the
+count ambiguous without it).
 Floor: ``32 + log2 C(n, nnz) + nnz*log2(2**B - 1)`` bits.
 Unbiased; ``E‖Q(x)−x‖² = δ²Σ_nz f(1−f)``, within qstoch's bound for ``n``
 coordinates.  Lossless on ``x`` whose nonzeros sit exactly on their grid.
@@ -43,8 +49,11 @@ from ._core import (
 )
 from .bitpack import pack_bits, packed_nbytes, unpack_bits
 from .quant import FLT32_MAX, FLT32_MIN_NORMAL, QSTOCH_BITS, _QStochBits, qstoch_law
+from .sparse_body import FMT_BITMAP, decode_positions, encode_positions
 
-PARAMS = struct.Struct("<BfI")  # B, δ, nnz
+PARAMS = struct.Struct("<BfI")  # B | layout << 6, δ, nnz
+LAYOUT_INDEX, LAYOUT_BITMAP, LAYOUT_DENSE = 0, 1, 2
+LAYOUT_SHIFT = 6
 
 
 def index_width(n: int) -> int:
@@ -52,9 +61,24 @@ def index_width(n: int) -> int:
     return max(1, (n - 1).bit_length())
 
 
+def _sections(n: int, nnz: int, bits: int, layout: int) -> tuple[int, int]:
+    """(positions bytes, codes bytes) of a body in ``layout``."""
+    if layout == LAYOUT_INDEX:
+        return packed_nbytes(nnz, index_width(n)), packed_nbytes(nnz, bits)
+    if layout == LAYOUT_BITMAP:
+        return packed_nbytes(n, 1), packed_nbytes(nnz, bits)
+    return 0, packed_nbytes(n, bits)
+
+
+def choose_layout(n: int, nnz: int, bits: int) -> int:
+    """The cheapest layout for ``nnz`` survivors among ``n`` (ties: index list, bitmap, dense)."""
+    costs = [sum(_sections(n, nnz, bits, lay)) for lay in (LAYOUT_INDEX, LAYOUT_BITMAP, LAYOUT_DENSE)]
+    return costs.index(min(costs))
+
+
 def sparse_qstoch_nbytes(n: int, nnz: int, bits: int, ndim: int = 1) -> int:
-    """Closed form of the payload of ``nnz`` survivors among ``n`` entries."""
-    body = packed_nbytes(nnz, index_width(n)) + packed_nbytes(nnz, bits)
+    """Closed form of the payload of ``nnz`` survivors among ``n`` entries (cheapest layout)."""
+    body = sum(_sections(n, nnz, bits, choose_layout(n, nnz, bits)))
     return header_nbytes(ndim, FAMILY_SPARSE_QSTOCH) + body
 
 
@@ -99,6 +123,10 @@ class SparseQStochCodec(_QStochBits):
         return bool(torch.equal(_values(codes, self.bits, law.delta, x.dtype), vals))
 
     def encode(self, x: torch.Tensor, generator: torch.Generator | None = None) -> Payload:
+        return self._encode(x, generator, None)
+
+    def _encode(self, x: torch.Tensor, generator: torch.Generator | None, layout: int | None) -> Payload:
+        """``layout`` forces one (checks compare them); None picks the cheapest."""
         x = self._check(x)
         b, n = self.bits, x.numel()
         idx, vals = self._survivors(x)
@@ -110,17 +138,30 @@ class SparseQStochCodec(_QStochBits):
             codes, delta = law.k_lo + up.to(torch.int64) + 2 ** (b - 1), law.delta
         if not _scale_ok(delta, nnz):  # qstoch_law refuses these already; the wire must never carry one
             raise CodecError(f"sparse-qstoch: scale δ = {delta!r} is not a normal float32")
-        header = build_header(self.family, x.dtype, tuple(x.shape), PARAMS.pack(b, delta, nnz))
-        ib = packed_nbytes(nnz, index_width(n))
-        out, body = make_payload(header, ib + packed_nbytes(nnz, b))
-        pack_bits(idx, index_width(n), body[:ib])
+        if layout is None:
+            layout = choose_layout(n, nnz, b)
+        params = PARAMS.pack(b | layout << LAYOUT_SHIFT, delta, nnz)
+        header = build_header(self.family, x.dtype, tuple(x.shape), params)
+        ib, cb = _sections(n, nnz, b, layout)
+        out, body = make_payload(header, ib + cb)
+        if layout == LAYOUT_INDEX:
+            pack_bits(idx, index_width(n), body[:ib])
+        elif layout == LAYOUT_BITMAP:
+            encode_positions(FMT_BITMAP, n, 1, None, idx, body[:ib])
+        else:
+            full = torch.full((n,), 2 ** (b - 1), dtype=torch.int64)
+            full[idx] = codes
+            codes = full
         pack_bits(codes, b, body[ib:])
         return Payload(out)
 
     @classmethod
     def decode_body(cls, data: torch.Tensor, hdr: Header) -> torch.Tensor:
-        b, delta, nnz = PARAMS.unpack(hdr.params)
+        raw_b, delta, nnz = PARAMS.unpack(hdr.params)
+        b, layout = raw_b & 0x1F, raw_b >> LAYOUT_SHIFT
         n = hdr.numel
+        if raw_b & 0x20 or layout > LAYOUT_DENSE:
+            raise CodecError(f"corrupted header: sparse-qstoch bits byte {raw_b:#x}")
         if not QSTOCH_BITS[0] <= b <= QSTOCH_BITS[1]:
             raise CodecError(f"corrupted header: sparse-qstoch bits={b}")
         if hdr.dtype not in FLOAT_DTYPES:
@@ -129,14 +170,21 @@ class SparseQStochCodec(_QStochBits):
             raise CodecError(f"corrupted header: sparse-qstoch nnz={nnz} > {n} entries")
         if not _scale_ok(delta, nnz):
             raise CodecError(f"corrupted header: sparse-qstoch scale {delta!r} with nnz={nnz}")
-        w = index_width(n)
-        ib = packed_nbytes(nnz, w)
-        check_body_length(data, hdr, ib + packed_nbytes(nnz, b))
+        ib, cb = _sections(n, nnz, b, layout)
+        check_body_length(data, hdr, ib + cb)
         body = data[hdr.nbytes :]
-        idx = unpack_bits(body[:ib], w, nnz).to(torch.int64)
+        if layout == LAYOUT_DENSE:
+            codes = unpack_bits(body, b, n).to(torch.int64)
+            if n and int(codes.min()) == 0:
+                raise CodecError(f"corrupted body: sparse-qstoch code 0 is outside [-L, L] for bits={b}")
+            return _values(codes, b, delta, hdr.dtype).reshape(hdr.shape)
+        if layout == LAYOUT_BITMAP:
+            idx = decode_positions(FMT_BITMAP, n, nnz, 1, body[:ib])
+        else:
+            idx = unpack_bits(body[:ib], index_width(n), nnz).to(torch.int64)
+            if nnz and (int(idx.max()) >= n or bool((idx[1:] <= idx[:-1]).any())):
+                raise CodecError("corrupted body: sparse-qstoch indices out of range or not increasing")
         codes = unpack_bits(body[ib:], b, nnz).to(torch.int64)
-        if nnz and (int(idx.max()) >= n or bool((idx[1:] <= idx[:-1]).any())):
-            raise CodecError("corrupted body: sparse-qstoch indices out of range or not increasing")
         if nnz and int(codes.min()) == 0:
             raise CodecError(f"corrupted body: sparse-qstoch code 0 is outside [-L, L] for bits={b}")
         out = torch.zeros(n, dtype=hdr.dtype)

@@ -10,14 +10,16 @@ flag           1 byte (``x_D = x̃``: the worker has it)    1
 dense b-bit    ``qstoch:bits=b`` codec payload            ``32 + b·d``
                (``15 + 4 + ⌈b·d/8⌉`` for a 1-D vector)
 sparse b-bit   ``sparse-qstoch:bits=b`` codec payload     ``32 + nnz·(w + b)``, ``w = ⌈log₂ d⌉``
-               (``23 + ⌈nnz·w/8⌉ + ⌈nnz·b/8⌉``, 1-D)
+               (``27 + ⌈nnz·b/8⌉`` + the cheapest
+               positions: ``⌈nnz·w/8⌉`` or ``⌈d/8⌉``,
+               or all ``⌈d·b/8⌉`` codes, 1-D)
 full           ``fp32`` / ``fp64`` codec payload           ``32·d``
 =============  =========================================  ==========================================
 
 The sparse message is the codec ``sparse-qstoch`` (``algorithms/codecs/sparse_qstoch.py``):
-the shared CRC-protected header carries δ (float32), nnz and b, then the nnz
-indices (``w`` bits each) and the nnz offset-binary codes (``b`` bits each),
-MSB-first.  The nnz field is needed because byte padding would make the count
+the shared CRC-protected header carries δ (float32), nnz, b and the layout, then
+the positions (nnz ``w``-bit indices or a ``d``-bit bitmap, the cheaper) and the nnz
+offset-binary codes (``b`` bits each), MSB-first, or all ``d`` codes when that is cheaper.  The nnz field is needed because byte padding would make the count
 ambiguous; the paper's count leaves it and the header out, and we report both.
 
 The unbiased quantiser is the codec ``qstoch`` (``algorithms/codecs/quant.py``);
@@ -73,7 +75,8 @@ def sparse_paper_bits(d: int, nnz: int, b: int) -> int:
 
 
 def sparse_nbytes(d: int, nnz: int, b: int) -> int:
-    """``27 + ⌈nnz·w/8⌉ + ⌈nnz·b/8⌉``: the codec header of a 1-D vector (``23 + 4``, CRCs included), then the pairs."""
+    """The codec header of a 1-D vector (``23 + 4``, CRCs included), then the cheapest of
+    ``⌈nnz·w/8⌉ + ⌈nnz·b/8⌉`` (index list), ``⌈d/8⌉ + ⌈nnz·b/8⌉`` (bitmap), ``⌈d·b/8⌉`` (all codes)."""
     return sparse_qstoch_nbytes(d, nnz, b)
 
 

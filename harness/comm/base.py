@@ -23,7 +23,7 @@ from abc import ABC, abstractmethod
 import torch
 
 from .byte_meter import FRAME_HEADER_BYTES, ByteMeter, Flow
-from .pacer import LinkPacer, wire_bytes
+from .pacer import LinkPacer, PacedSender, wire_bytes
 from .progress_board import COMPUTING, FINISHED, WAITING, ProgressBoard, load_note
 
 
@@ -156,6 +156,7 @@ class Comm(ABC):
             board.mark(rank, COMPUTING)
         # user-space shaping of this rank's link (net="pacer"; see pacer.py)
         self.pacer = LinkPacer(bandwidth_bps) if bandwidth_bps else None
+        self._sender: PacedSender | None = None  # started by the first paced send
 
     # ---- raw primitives -------------------------------------------------
     @abstractmethod
@@ -183,6 +184,7 @@ class Comm(ABC):
 
     def close(self) -> None:
         """Release backend resources (and tell the board this rank is done)."""
+        self._close_sends()
         if self.board is not None:
             self.board.mark(self.rank, FINISHED)
 
@@ -194,6 +196,7 @@ class Comm(ABC):
         (``harness.rank_output_wire``), never unpickled.
         """
         with self._waiting():
+            self._sync_sends()
             return self._gather_bytes_raw(bytes(data))
 
     # ---- progress ------------------------------------------------------------
@@ -246,11 +249,42 @@ class Comm(ABC):
                             f"the maximum frame size {self.max_frame_bytes} (raise it with "
                             f"--max-frame-bytes or --set max_frame_bytes=...)")
         self._delay(1)
-        self._pace("outgoing", data.numel(), FRAME_HEADER_BYTES)
-        with self._waiting():
-            self._send_frame(data.contiguous(), dst, tag_hash(tag))
+        if self.pacer is not None:  # the link delays the bytes, not the caller: a thread posts them
+            release = self.pacer.outgoing_release(wire_bytes(data.numel(), FRAME_HEADER_BYTES))
+            self._paced_sender().put(release, data.detach().contiguous().clone(), dst, tag_hash(tag))
+        else:
+            with self._waiting():
+                self._send_frame(data.contiguous(), dst, tag_hash(tag))
         self.meter.record(Flow(self.rank, dst, "sent", tag, "send"), data.numel(),
                           framing=FRAME_HEADER_BYTES)
+
+    def _close_sends(self) -> None:
+        """At close: post what the paced sender still holds (see :meth:`_finish_sends`)."""
+        if self._sender is not None:
+            self._finish_sends(self._sender.drain, self.timeout_s)
+            self._sender.stop()
+            self._sender = None
+
+    def _finish_sends(self, flush, *args) -> None:
+        """At close: deliver what is still posted (a program may end right after a send), as far
+        as the peers take it.  A failure here is not raised: after a failed run the peers are
+        gone, and the failure that matters was raised (and reported) before close."""
+        try:
+            flush(*args)
+        except CommError:
+            pass
+
+    def _paced_sender(self) -> PacedSender:
+        if self._sender is None:
+            self._sender = PacedSender(self._send_frame, self.pacer.clock, f"rank{self.rank}-paced-send")
+        self._sender.check()
+        return self._sender
+
+    def _sync_sends(self) -> None:
+        """A synchronisation point: every paced send queued before it has been posted."""
+        if self._sender is not None and not self._sender.drain(self.timeout_s):
+            raise CommTimeout(f"rank {self.rank}: paced sends were not posted within "
+                              f"{self.timeout_s:g} s of their release")
 
     def recv(self, src: int, tag: str = "") -> torch.Tensor:
         """Receive the next payload from ``src``; the tag must match the sender's."""
@@ -292,6 +326,7 @@ class Comm(ABC):
         peers = self.world_size - 1
         self._pace("outgoing", raw.numel() * peers)
         with self._waiting():
+            self._sync_sends()
             parts = self._all_gather_raw(raw)
         self._pace("incoming", raw.numel() * peers)
         self.meter.record(Flow(self.rank, -1, "sent", tag, "all_gather"), raw.numel() * peers, peers)
@@ -331,6 +366,7 @@ class Comm(ABC):
             self._delay(self._collective_rounds())
             self._pace("outgoing", raw.numel() * peers)
         with self._waiting():
+            self._sync_sends()
             out = self._broadcast_raw(raw.clone(), src)
         if self.rank != src:
             self._pace("incoming", raw.numel())
@@ -344,4 +380,5 @@ class Comm(ABC):
         """Wait for every rank (not metered: it carries no payload)."""
         if self.world_size > 1:
             with self._waiting():
+                self._sync_sends()
                 self._barrier()

@@ -33,6 +33,12 @@ bytes arriving where a header is due) still ends the receiving process inside
 gloo; the launcher then reports that rank as dead without a report.  Gloo
 offers no way to learn a message's size before posting a buffer for it
 (``checks/test_wire_hostile.py`` pins this limit).
+Sends are posted, not waited on (``_send_frame``): the frame's two messages
+own their buffers, gloo keeps them in order per peer, and the Comm waits for
+them only when more than ``max_in_flight_bytes`` are in flight (oldest first),
+at every collective and barrier (a synchronisation point), and at close, so a
+stage computes its next micro-batch while the last one is on the wire.  A send
+that fails (a dead peer) raises at the first of those waits, naming the peer.
 Every wait is bounded by the Comm's timeout; a peer that died surfaces as a
 CommError within it (usually at once: gloo sees the closed connection), a
 wait that runs out as ``CommTimeout`` naming the stalled rank when the run
@@ -48,6 +54,8 @@ from __future__ import annotations
 import contextlib
 import datetime as _dt
 import os
+from collections import deque
+from dataclasses import dataclass
 
 import torch
 import torch.distributed as dist
@@ -73,6 +81,21 @@ from .progress_board import Heartbeat
 # The body's slack is small because the received payload is a view of its buffer
 # (no copy), so the slack is part of what the tensor memory meter counts.
 HEADER_SLACK = 4096 - FRAME_HEADER_NBYTES
+#: Bytes of posted sends a rank lets the transport hold before it waits for the oldest.
+MAX_IN_FLIGHT_BYTES = 64 << 20
+# This process's Comms with sends posted: held here until those are waited on, so a Comm
+# the program dropped still delivers them (close of any Comm waits for all, see _close_sends).
+_POSTING: set = set()
+
+
+@dataclass
+class _Posted:
+    """One frame's posted sends: their work handles and the buffers they read from."""
+
+    works: list
+    bufs: list[torch.Tensor]
+    what: str
+    nbytes: int
 BODY_SLACK = 64
 _CHECKED = 8  # the slack bytes guarded: a longer message overwrites them first
 _END = torch.frombuffer(bytearray(FRAME_END), dtype=torch.uint8)
@@ -102,7 +125,7 @@ def init_process_group_from_env(backend: str, timeout_s: float,
 class TorchDistComm(Comm):
     """Comm over an initialised torch.distributed default group."""
 
-    def __init__(self, backend: str = "gloo", **kw):
+    def __init__(self, backend: str = "gloo", *, max_in_flight_bytes: int = MAX_IN_FLIGHT_BYTES, **kw):
         if backend not in ("gloo", "nccl"):
             raise ValueError(f"unknown torch.distributed backend {backend!r}")
         if backend == "nccl" and not torch.cuda.is_available():
@@ -116,6 +139,9 @@ class TorchDistComm(Comm):
         # the guard written into the slack before every receive: random, never sent
         self._slack_guard = os.urandom(_CHECKED)
         self._heartbeat = Heartbeat(self.board, self.rank) if self.board is not None else None
+        self._sends: deque[_Posted] = deque()  # posted sends not yet waited on, oldest first
+        self._sends_bytes = 0
+        self.max_in_flight_bytes = max_in_flight_bytes
 
     @contextlib.contextmanager
     def _guard(self, what: str):
@@ -142,14 +168,44 @@ class TorchDistComm(Comm):
         return t.to(self.device, non_blocking=False) if t.device != self.device else t
 
     def _send_frame(self, data, dst, taghash):
+        # Posted, not waited on: the frame's two messages own their buffers (the payload is
+        # copied next to its end marker, so the caller may reuse its tensor at once) and
+        # gloo keeps their order per peer.  They are waited on when the bytes in flight
+        # pass the bound, and at every collective and barrier (_flush_sends).
+        self._reap_sends()
         header = torch.frombuffer(bytearray(pack_frame_header(data.numel(), taghash)), dtype=torch.uint8)
         body = torch.empty(data.numel() + FRAME_END_NBYTES, dtype=torch.uint8)
         body[: data.numel()] = data.cpu()
         body[data.numel():] = _END
-        with self._guard(f"send to rank {dst}"):
-            self._wait(dist.isend(self._to_dev(header), dst), f"send to rank {dst}")
-            if data.numel():  # an empty payload is the header alone
-                self._wait(dist.isend(self._to_dev(body), dst), f"send to rank {dst}")
+        what = f"send to rank {dst}"
+        bufs = [self._to_dev(header)] + ([self._to_dev(body)] if data.numel() else [])  # empty: header alone
+        with self._guard(what):
+            works = [dist.isend(b, dst) for b in bufs]
+        nbytes = sum(b.numel() for b in bufs)
+        self._sends.append(_Posted(works, bufs, what, nbytes))
+        self._sends_bytes += nbytes
+        _POSTING.add(self)
+        while self._sends_bytes > self.max_in_flight_bytes and len(self._sends) > 1:
+            self._finish_oldest_send()
+
+    def _finish_oldest_send(self) -> None:
+        posted = self._sends.popleft()
+        self._sends_bytes -= posted.nbytes
+        if not self._sends:
+            _POSTING.discard(self)
+        with self._guard(posted.what):
+            for w in posted.works:
+                self._wait(w, posted.what)
+
+    def _reap_sends(self) -> None:
+        """Let go of the sends that completed (a failed one raises, naming its peer)."""
+        while self._sends and all(w.is_completed() for w in self._sends[0].works):
+            self._finish_oldest_send()
+
+    def _flush_sends(self) -> None:
+        """Wait for every posted send, oldest first (each bounded by the timeout)."""
+        while self._sends:
+            self._finish_oldest_send()
 
     def _recv_message(self, buf: torch.Tensor, expect: int, src: int | None, what: str) -> int:
         """Receive one transport message that should be ``expect`` bytes ending in a
@@ -207,6 +263,7 @@ class TorchDistComm(Comm):
         return buf[:n] if self.device.type == "cpu" else buf[:n].cpu()
 
     def _all_gather_raw(self, data):
+        self._flush_sends()  # a synchronisation point: every send posted before it has completed
         # Sizes first, so unequal contributions are an error rather than garbage.
         size = torch.tensor([data.numel()], dtype=torch.int64, device=self.device)
         sizes = [torch.empty_like(size) for _ in range(self.world_size)]
@@ -220,16 +277,19 @@ class TorchDistComm(Comm):
         return [o.cpu() for o in out]
 
     def _broadcast_raw(self, data, src):
+        self._flush_sends()  # a synchronisation point: every send posted before it has completed
         buf = self._to_dev(data)
         with self._guard("broadcast"):
             self._wait(dist.broadcast(buf, src, async_op=True), "broadcast")
         return buf.cpu()
 
     def _barrier(self):
+        self._flush_sends()  # a synchronisation point: every send posted before it has completed
         with self._guard("barrier"):
             self._wait(dist.barrier(async_op=True), "barrier")
 
     def _gather_bytes_raw(self, data):
+        self._flush_sends()  # a synchronisation point: every send posted before it has completed
         # Sizes first (bounded before allocating), then every contribution
         # padded to the largest; rank 0 keeps each rank's declared prefix.
         size = torch.tensor([len(data)], dtype=torch.int64, device=self.device)
@@ -256,6 +316,16 @@ class TorchDistComm(Comm):
         if self.rank != 0:
             return None
         return [o[:k].cpu().numpy().tobytes() for o, k in zip(out, n, strict=True)]
+
+    def _close_sends(self) -> None:
+        super()._close_sends()  # the paced sends still queued are posted first
+        # Leaving the group ends every send posted on it, from any Comm of this process
+        # (a program may have made more than one and closed only one): all are delivered first.
+        for comm in [self, *(c for c in list(_POSTING) if c is not self)]:
+            comm._finish_sends(comm._flush_sends)
+            comm._sends.clear()
+            comm._sends_bytes = 0
+            _POSTING.discard(comm)
 
     def close(self):
         super().close()
