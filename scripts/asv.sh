@@ -82,9 +82,17 @@ for rev in "${revs[@]}"; do
   "$py" -m pip install --quiet --no-deps -e "$src"
   # exit status 2 means some benchmark failed: measure the other commits, then fail
   rc=0
-  # the range names the commit, so asv needs none of the configured branches (a clone may lack them)
-  "$py" -m asv run "$sha^!" -E existing:same --set-commit-hash "$sha" --machine "$machine" -b "$bench" \
-      --launch-method spawn || rc=$?
+  # asv looks up the configured branches even for one given commit, and a clone may lack
+  # them: a copy of the configuration (paths are relative to this directory) names the commit
+  "$py" - "$work/asv.conf.json" "$sha" <<'EOF'
+import json, sys
+from asv.util import load_json
+conf = load_json("asv.conf.json", js_comments=True)
+conf["branches"] = [sys.argv[2]]
+open(sys.argv[1], "w").write(json.dumps(conf))
+EOF
+  "$py" -m asv run --config "$work/asv.conf.json" -E existing:same --set-commit-hash "$sha" \
+      --machine "$machine" -b "$bench" --launch-method spawn || rc=$?
   case $rc in 0) ;; 2) asv_failed=1 ;; *) exit "$rc" ;; esac
 done
 "$py" scripts/asv_portable.py results/asv
