@@ -83,12 +83,14 @@ for rev in "${revs[@]}"; do
   # exit status 2 means some benchmark failed: measure the other commits, then fail
   rc=0
   # asv looks up the configured branches even for one given commit, and a clone may lack
-  # them: a copy of the configuration (paths are relative to this directory) names the commit
+  # them: a copy of the configuration names the commit (its paths made absolute)
   "$py" - "$work/asv.conf.json" "$sha" <<'EOF'
-import json, sys
+import json, os, sys
 from asv.util import load_json
 conf = load_json("asv.conf.json", js_comments=True)
 conf["branches"] = [sys.argv[2]]
+for key in ("repo", "benchmark_dir", "results_dir", "env_dir", "html_dir"):
+    conf[key] = os.path.abspath(conf[key])
 open(sys.argv[1], "w").write(json.dumps(conf))
 EOF
   "$py" -m asv run --config "$work/asv.conf.json" -E existing:same --set-commit-hash "$sha" \
