@@ -67,6 +67,20 @@ cleanup() {
 }
 trap cleanup EXIT
 
+# asv looks up the configured branches even for one given commit (run, publish), and a
+# clone may lack them: a copy of the configuration names the commit (its paths made absolute)
+write_conf() {
+  "$py" - "$work/asv.conf.json" "$1" <<'EOF'
+import json, os, sys
+from asv.util import load_json
+conf = load_json("asv.conf.json", js_comments=True)
+conf["branches"] = [sys.argv[2]]
+for key in ("repo", "benchmark_dir", "results_dir", "env_dir", "html_dir"):
+    conf[key] = os.path.abspath(conf[key])
+open(sys.argv[1], "w").write(json.dumps(conf))
+EOF
+}
+
 shas=()
 asv_failed=0
 for rev in "${revs[@]}"; do
@@ -82,24 +96,15 @@ for rev in "${revs[@]}"; do
   "$py" -m pip install --quiet --no-deps -e "$src"
   # exit status 2 means some benchmark failed: measure the other commits, then fail
   rc=0
-  # asv looks up the configured branches even for one given commit, and a clone may lack
-  # them: a copy of the configuration names the commit (its paths made absolute)
-  "$py" - "$work/asv.conf.json" "$sha" <<'EOF'
-import json, os, sys
-from asv.util import load_json
-conf = load_json("asv.conf.json", js_comments=True)
-conf["branches"] = [sys.argv[2]]
-for key in ("repo", "benchmark_dir", "results_dir", "env_dir", "html_dir"):
-    conf[key] = os.path.abspath(conf[key])
-open(sys.argv[1], "w").write(json.dumps(conf))
-EOF
+  write_conf "$sha"
   "$py" -m asv run --config "$work/asv.conf.json" -E existing:same --set-commit-hash "$sha" \
       --machine "$machine" -b "$bench" --launch-method spawn || rc=$?
   case $rc in 0) ;; 2) asv_failed=1 ;; *) exit "$rc" ;; esac
 done
 "$py" scripts/asv_portable.py results/asv
 "$py" scripts/asv_failed.py "results/asv/$machine" "${shas[@]}" || asv_failed=1
-"$py" -m asv publish >/dev/null && echo "dashboard: .asv/html (asv preview)"
+write_conf "$(git rev-parse HEAD)"
+"$py" -m asv publish --config "$work/asv.conf.json" >/dev/null && echo "dashboard: .asv/html (asv preview)"
 if [ "$asv_failed" -ne 0 ]; then
   echo "asv.sh: some benchmarks failed (listed above)" >&2
   exit 1
