@@ -138,16 +138,28 @@ def probe_concurrent_out(tmp: Path) -> Row:
     return row
 
 
+def _nbytes(obj) -> int:
+    import torch
+
+    if isinstance(obj, torch.Tensor):
+        return obj.numel() * obj.element_size()
+    params = getattr(obj, "params", None)  # a RankOutput
+    return sum(_nbytes(p) for _, p in params) if params else 0
+
+
 def _measure_decode(fn, data) -> tuple[str, int]:
+    """The outcome and the allocation: tracemalloc's peak (Python's allocator) or, for what
+    decoded, the tensors it returned (torch allocates outside tracemalloc's view)."""
     tracemalloc.start()
+    made = 0
     try:
-        fn(data)
+        made = _nbytes(fn(data))
         outcome = "decoded"
     except Exception as e:  # noqa: BLE001 - the probe classifies whatever a decoder raises
         outcome = type(e).__name__
     peak = tracemalloc.get_traced_memory()[1]
     tracemalloc.stop()
-    return outcome, peak
+    return outcome, max(peak, made)
 
 
 def probe_codecs(n_mut: int) -> tuple[Row, float, int]:
@@ -188,8 +200,27 @@ def probe_codecs(n_mut: int) -> tuple[Row, float, int]:
             else:
                 row.crash += 1
             # a refused payload must not have allocated beyond 2x its size (plus the interpreter's own)
-            worst = max(worst, ratio if len(b) > 4096 else (peak - 4096) / len(b))
+            worst = max(worst, ratio)
             beyond += peak > 2 * len(b) + 64 * 1024
+    # crafted headers (valid CRCs): a sparse payload announcing the most elements it may with no
+    # entries, so the body is empty and the decoder's output is all it allocates
+    from algorithms.codecs._core import FAMILY_SPARSE, MAX_ELEMENTS_PER_BYTE, build_header, header_nbytes
+    from algorithms.codecs.sparse_body import FMT_COO, pack_sparse_params
+
+    size = header_nbytes(1, FAMILY_SPARSE)
+    for n in (size * MAX_ELEMENTS_PER_BYTE, size * MAX_ELEMENTS_PER_BYTE + 1, 1 << 31):
+        head = build_header(FAMILY_SPARSE, torch.float32, (n,), pack_sparse_params(0, 0, FMT_COO, 0))
+        data = torch.frombuffer(bytearray(head), dtype=torch.uint8).clone()
+        from algorithms.codecs._core import seal
+        seal(data)
+        row.tried += 1
+        outcome, peak = _measure_decode(decode, data)
+        row.clear += outcome == "CodecError"
+        row.crash += outcome not in ("CodecError", "decoded")
+        worst = max(worst, peak / data.numel())
+        beyond += peak > 2 * data.numel() + 64 * 1024
+        if peak > 2 * data.numel() + 64 * 1024:
+            print(f"  a {data.numel()}-byte sparse payload announcing {n} elements: {outcome}, {peak} bytes")
     return row, worst, beyond
 
 
