@@ -85,3 +85,31 @@ def test_every_benchmark_runs_on_its_smallest_parameters(cls):
                 check_value(f"{cls.__name__}.{name}{p}", value)
         if hasattr(bench, "teardown"):
             bench.teardown(*lead, *p)
+
+
+def test_asv_sh_fails_on_a_failed_benchmark(tmp_path, capsys):
+    """scripts/asv_failed.py (what asv.sh exits by) fails on a null value, lists NaN as skipped."""
+    import importlib.util
+    from pathlib import Path
+
+    spec = importlib.util.spec_from_file_location(
+        "asv_failed", Path(__file__).resolve().parents[1] / "scripts" / "asv_failed.py")
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    sha = "ab" * 20
+
+    def write(values):
+        data = {"result_columns": ["result", "params"],
+                "results": {"bench_x.X.track_y": [values, [["'a'", "'b.5/w3'"]]]}}
+        (tmp_path / f"{sha[:8]}-existing-py3.11.json").write_text(json.dumps(data))
+
+    write([1.0, 2.0])
+    assert mod.main([str(tmp_path), sha]) == 0
+    write([1.0, float("nan")])
+    assert mod.main([str(tmp_path), sha]) == 0
+    assert "skipped: abababab bench_x.X.track_y('b.5/w3')" in capsys.readouterr().out
+    write([1.0, None])
+    assert mod.main([str(tmp_path), sha]) == 1
+    assert "FAILED: abababab bench_x.X.track_y('b.5/w3')" in capsys.readouterr().err
+    write(None)  # the class's setup_cache failed
+    assert mod.main([str(tmp_path), sha]) == 1
