@@ -444,3 +444,15 @@ def test_a_diverging_parameter_server_run_says_diverged_not_codec_error(tmp_path
     err = capsys.readouterr().err.strip().splitlines()
     assert code == 1 and len(err) == 1, err
     assert "diverged" in err[0] and "failed: CodecError" not in err[0] and not out.exists(), err
+
+
+def test_netns_without_root_is_a_usage_error_before_any_rank(monkeypatch, capsys):
+    """Without root (or ip / tc) --net netns exits 2 with the reason, before a rank starts."""
+    import harness.netns as netns
+    import harness.progress as progress
+
+    monkeypatch.setattr(netns, "unavailable_reason", lambda: "network namespaces need root (test)")
+    monkeypatch.setattr(progress, "run", lambda *a, **k: pytest.fail("a rank started"))
+    assert main(["run", "pipeline-sgd", "--world-size", "2", "--backend", "gloo", "--net", "netns",
+                 "--bandwidth", "80mbit"]) == 2
+    assert "need root (test)" in capsys.readouterr().err
