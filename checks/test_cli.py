@@ -466,3 +466,15 @@ def test_progress_is_reported_at_a_bounded_rate(monkeypatch):
     cfg = make_config("fo-sgd", world_size=1, steps=20, batch_size=2, seq_len=8)
     run(cfg, progress=lambda step, values: seen.append(step))
     assert seen == [1, 5, 9, 13, 17, 20]
+
+
+def test_netns_without_root_is_a_usage_error_before_any_rank(monkeypatch, capsys):
+    """Without root (or ip / tc) --net netns exits 2 with the reason, before a rank starts."""
+    import harness.netns as netns
+    import harness.progress as progress
+
+    monkeypatch.setattr(netns, "unavailable_reason", lambda: "network namespaces need root (test)")
+    monkeypatch.setattr(progress, "run", lambda *a, **k: pytest.fail("a rank started"))
+    assert main(["run", "pipeline-sgd", "--world-size", "2", "--backend", "gloo", "--net", "netns",
+                 "--bandwidth", "80mbit"]) == 2
+    assert "need root (test)" in capsys.readouterr().err

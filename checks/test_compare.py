@@ -232,3 +232,35 @@ def test_peak_tensor_bytes_is_deterministic_where_both_measured_it(base_record, 
     assert main(["compare", _write(base_record, tmp_path / "rss.json"), old]) == 0
     grown = _with(measured, peak_tensor_bytes=1_000_008)
     assert main(["compare", old, _write(grown, tmp_path / "grown.json")]) == 1
+
+
+def test_commits_name_metrics_whole_and_say_what_was_not_compared(two_commits, capsys):
+    """A parameter holding a dot is not cut at it; a benchmark that failed (None) or was skipped
+    (NaN) on one side is named as not compared and fails the comparison unless allowed."""
+    old, new = two_commits
+    root = Path("results/asv")
+    _asv_file(root, "m1", old, 1000, 0.5)
+    _asv_file(root, "m1", new, 1000, 0.5)
+    f = root / "m1" / f"{new[:8]}-existing-py3.11.json"
+    data = json.loads(f.read_text())
+    data["results"]["bench_pipeline.Pipe.track_seconds_per_step"][0] = None  # failed in NEW
+    data["results"]["bench_pipeline.Pipe.track_payload_bytes_per_step"][1] = [["'clapping-fc-p0.5/w3'",
+                                                                               "'b'"]]
+    f.write_text(json.dumps(data))
+    g = root / "m1" / f"{old[:8]}-existing-py3.11.json"
+    data = json.loads(g.read_text())
+    data["results"]["bench_pipeline.Pipe.track_payload_bytes_per_step"][1] = [["'clapping-fc-p0.5/w3'",
+                                                                               "'b'"]]
+    g.write_text(json.dumps(data))
+    assert main(["compare", "HEAD~1", "HEAD", "--all"]) == 1
+    cap = capsys.readouterr()
+    from harness.reporting.compare import compare_commits
+
+    changes, _ = compare_commits("HEAD~1", "HEAD")
+    assert {c.metric for c in changes} == {"track_payload_bytes_per_step"}
+    assert "bench_pipeline.Pipe.track_payload_bytes_per_step('clapping-fc-p0.5/w3')" in {c.run for c in changes}
+    for param in ("'pipeline-sgd'", "'clapping-fc'"):
+        assert f"not compared: bench_pipeline.Pipe.track_seconds_per_step({param}) (OLD 0.5, NEW failed)" \
+            in cap.out
+    assert "2 metric(s) without a value on one side" in cap.err
+    assert main(["compare", "HEAD~1", "HEAD", "--allow-missing"]) == 0

@@ -1,7 +1,8 @@
 """The README's command examples run as written (the cheap ones), so it cannot go stale.
 
-Every line of the README's ``sh`` blocks is either run here — in a scratch
-directory, ``commbench`` as ``python -m harness.cli``, ``--steps`` cut to 2 —
+Every line of the README's ``sh`` blocks is either run here, in order and as written — in a
+scratch directory holding nothing a user's fresh clone would not, ``commbench`` as
+``python -m harness.cli``, ``--steps`` cut to 2 —
 or named in ``EXPENSIVE`` with the reason it is not; a line that is neither
 fails the check, and so does an ``EXPENSIVE`` entry that no README line has.
 """
@@ -11,7 +12,6 @@ from __future__ import annotations
 import os
 import re
 import shlex
-import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -29,6 +29,8 @@ EXPENSIVE = {
     "scripts/asv.sh": "installs and measures commits with asv, minutes per commit",
     "asv preview": "serves the dashboard until stopped",
     "compare HEAD~1 HEAD": "needs both commits measured by the scripts/asv.sh line",
+    "cp -r results/exports": "copies reproduce's exports (the reproduce lines are not run here)",
+    "compare results/exports-old": "compares two reproduce runs' claims (checks/test_claims.py compares claims files)",
     "--net netns": "needs root; checks/test_netns.py runs namespaced runs where it can",
     "scripts/gpu-check.sh": "the GPU run; checks/test_gpu_check.py runs its CPU path",
     "benchmarks.gpu_check table": "needs a device's records; checks/test_gpu_check.py builds it from a fixture",
@@ -73,16 +75,6 @@ def test_readme_walkthrough(tmp_path):
     for cmd in readme_commands():
         if any(k in cmd for k in EXPENSIVE):
             continue
-        if "compare results/runs-old results/runs-new" in cmd:
-            for side in ("runs-old", "runs-new"):
-                shutil.copytree(tmp_path / "results" / "runs", tmp_path / "results" / side)
-        if "compare results/exports-old/claims.json" in cmd:  # two reproduce runs' claims, one verdict each
-            from harness.experiments.claims import Claim, claims_json
-
-            row = Claim("p.x", "P", "q", "s", "ratio > 3", "3.5", "4", "supported", value=4.0)
-            for side in ("exports-old", "exports"):
-                (tmp_path / "results" / side).mkdir(parents=True, exist_ok=True)
-                (tmp_path / "results" / side / "claims.json").write_text(claims_json([row]))
         p = subprocess.run(_argv(cmd), cwd=tmp_path, env=env, capture_output=True, text=True, timeout=900)
         assert p.returncode == 0, f"README command failed: {cmd}\n{p.stdout[-2000:]}\n{p.stderr[-2000:]}"
         ran.append(cmd.split()[1])

@@ -183,6 +183,12 @@ def cmd_run(args) -> int:
     from .outpaths import check_file_target
 
     cfg = build_config(args)
+    if cfg.net == "netns":  # a config error, said before any rank (or namespace) starts
+        from .netns import unavailable_reason
+
+        why = unavailable_reason()
+        if why:
+            raise UsageError(f"--net netns: {why}")
     out = Path(args.out) if args.out else _default_out(cfg)
     # before the run: a run must not end in "cannot write", nor replace another run's record
     stamp = check_file_target(out, existing="replace" if args.force else "refuse")

@@ -24,6 +24,7 @@ class CompressedPipelines(RunSuite):
     common = dict(model="tiny-opt", data="wiki-en", steps=10, batch_size=8, seq_len=64,
                   micro_batches=2, world_size=3, backend="threads")
     params = list(runs)
+    smallest = ["direct-compress/w3"]
 
     def setup_cache(self):
         return self.run_all()

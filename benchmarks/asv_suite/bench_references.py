@@ -23,6 +23,7 @@ class FOReferences(RunSuite):
     common = dict(model="tiny-opt", data="synthetic-markov", steps=10, batch_size=8, seq_len=64,
                   micro_batches=2)
     params = list(runs)
+    smallest = ["fo-sgd/w1/threads"]
 
     def setup_cache(self):
         return self.run_all()

@@ -23,6 +23,7 @@ class ZerothOrder(RunSuite):
     }
     common = dict(model="tiny-opt", data="wiki-en", steps=5, batch_size=8, seq_len=64)
     params = list(runs)
+    smallest = ["mezo/w1"]
 
     def setup_cache(self):
         return self.run_all()
@@ -39,6 +40,7 @@ class DistZO2(RunSuite):
     }
     common = dict(model="small-opt", data="wiki-en", steps=4, batch_size=4, seq_len=64)
     params = list(runs)
+    smallest = ["zo2/w1"]
 
     def setup_cache(self):
         return self.run_all()

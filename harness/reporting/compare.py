@@ -159,8 +159,10 @@ def _pick_machine(shas: tuple[str, str], root: Path, machine: str | None) -> str
     return both[0]
 
 
-def _asv_results(sha: str, machine_dir: Path) -> dict[str, float]:
-    out: dict[str, float] = {}
+def _asv_results(sha: str, machine_dir: Path) -> dict[str, tuple[str, float | None]]:
+    """``benchmark(params)`` -> (the benchmark's method name, its value); the value is None where
+    asv recorded a failure and NaN where it skipped the benchmark (asv's own encoding)."""
+    out: dict[str, tuple[str, float | None]] = {}
     for f in sorted(machine_dir.glob(f"{sha[:8]}-*.json")):
         try:
             data = json.loads(f.read_text())
@@ -175,13 +177,15 @@ def _asv_results(sha: str, machine_dir: Path) -> dict[str, float]:
         for bench, row in results.items():
             row = dict(zip(cols, row, strict=False))
             values, params = row.get("result"), row.get("params") or []
-            if values is None:
-                continue
-            if not isinstance(values, list) or not all(isinstance(p, list) for p in params):
+            if not all(isinstance(p, list) for p in params) or not (values is None or isinstance(values, list)):
                 raise ValueError(f"{f}: benchmark {bench!r} is not in the asv format this compare reads")
             names = [",".join(p) for p in _product(params)] if params else [""]
-            for name, v in zip(names, values, strict=False):
-                out[f"{bench}({name})" if name else bench] = v
+            if values is None:  # the whole benchmark failed (its setup_cache, say)
+                values = [None] * len(names)
+            metric = bench.rsplit(".", 1)[-1]  # the method: the parameters may hold dots
+            for i, name in enumerate(names):
+                v = values[i] if i < len(values) else None
+                out[f"{bench}({name})" if name else bench] = (metric, v)
     return out
 
 
@@ -191,24 +195,51 @@ def _product(params: list[list[str]]) -> list[tuple[str, ...]]:
     return list(itertools.product(*params))
 
 
+def _no_value(v) -> str | None:
+    """Why an asv value is not one: "failed" (None), "skipped" (NaN), else None."""
+    if v is None:
+        return "failed"
+    if isinstance(v, float) and math.isnan(v):
+        return "skipped"
+    return None
+
+
+NOT_COMPARED = "not compared: "  # a note on a metric that one side holds no value of
+
+
 def compare_commits(old: str, new: str, machine: str | None = None,
                     root: Path = Path("results/asv")) -> tuple[list[Change], list[str]]:
     shas = (_commit(old), _commit(new))
     chosen = _pick_machine(shas, root, machine)
     a, b = (_asv_results(sha, root / chosen) for sha in shas)
-    changes, notes = [], [f"asv results of machine {chosen!r}"]
+    changes, notes, idle = [], [f"asv results of machine {chosen!r}"], []
     for k in sorted(set(a) | set(b)):
         if k not in a or k not in b:
             notes.append(f"only in {'NEW' if k in b else 'OLD'}: {k}")
             continue
-        det = ".track_payload" in k or ".track_messages" in k or ".track_peak_tensor" in k
-        note = "" if det or not a[k] else f"x{b[k] / a[k]:.3f} (single asv sample; noise unknown)"
-        changes.append(Change(k, k.split(".")[-1].split("(")[0], a[k], b[k], det, note))
+        metric, va = a[k]
+        vb = b[k][1]
+        why_a, why_b = _no_value(va), _no_value(vb)
+        if why_a and why_b:  # nothing to compare on either side, but nothing lost between them
+            idle.append(f"{k} (OLD {why_a}, NEW {why_b})")
+            continue
+        if why_a or why_b:
+            notes.append(f"{NOT_COMPARED}{k} (OLD {why_a or _short(va)}, NEW {why_b or _short(vb)})")
+            continue
+        det = metric.startswith(("track_payload", "track_messages", "track_peak_tensor"))
+        note = "" if det or not va else f"x{vb / va:.3f} (single asv sample; noise unknown)"
+        changes.append(Change(k, metric, va, vb, det, note))
+    notes += [f"no value on either side: {x}" for x in idle]
     return changes, notes
 
 
+def _short(v) -> str:
+    return f"{v:.6g}" if isinstance(v, float) else str(v)
+
+
 def missing_runs(notes: list[str]) -> list[str]:
-    return [n for n in notes if n.startswith("only in ")]
+    """Runs (or asv metrics) on one side only, and asv metrics one side holds no value of."""
+    return [n for n in notes if n.startswith(("only in ", NOT_COMPARED))]
 
 
 def exit_status(changes: list[Change], notes: list[str], allow_missing: bool = False) -> tuple[int, str]:
@@ -226,7 +257,10 @@ def exit_status(changes: list[Change], notes: list[str], allow_missing: bool = F
     if regressions:
         return 1, f"{regressions} deterministic change(s)"
     if missing and not allow_missing:
-        return 1, f"{len(missing)} run(s) on one side only (pass --allow-missing to accept)"
+        valueless = sum(n.startswith(NOT_COMPARED) for n in missing)
+        what = f"{len(missing) - valueless} run(s) on one side only" + (
+            f", {valueless} metric(s) without a value on one side" if valueless else "")
+        return 1, f"{what} (pass --allow-missing to accept)"
     return 0, "no deterministic change"
 
 

@@ -4,6 +4,7 @@ builds one from result records."""
 
 from __future__ import annotations
 
+import json
 import math
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -49,6 +50,7 @@ HEADERS = {
     "seed": "seed",
     "runs": "runs",
     "data_kind": "data kind",
+    "link": "link",
     "payload_bytes_per_step": "payload/step",
     "messages_per_step": "messages/step",
     "peak_tensor_bytes": "peak tensors",
@@ -233,6 +235,8 @@ def _in_column_order(columns: list[Column], i: int, row: Mapping[str, Any] | Seq
 
 
 def _group_value(rec: ResultRecord, key: str) -> Any:
+    if key == "link":
+        return link_of(rec)
     if key in ("algorithm", "model", "world_size", "backend", "data", "steps", "seed",
                "data_kind"):
         return getattr(rec, key)
@@ -242,6 +246,57 @@ def _group_value(rec: ResultRecord, key: str) -> Any:
             return None
         cur = cur[part]
     return cur if isinstance(cur, (str, int, float, bool)) or cur is None else str(cur)
+
+
+# config fields a table pools a row's runs over instead of splitting rows by: repeats (the
+# seed), and limits and meters that do not change what a run computes
+POOLED = ("seed", "timeout_s", "max_run_time_s", "metered", "memory", "max_frame_bytes")
+SHAPING = ("net", "bandwidth", "latency_ms")  # shown together as the row's link
+
+
+def _flat(cfg: dict, prefix: str = "") -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    for k, v in cfg.items():
+        if isinstance(v, dict):
+            out.update(_flat(v, f"{prefix}{k}."))
+        else:
+            out[f"{prefix}{k}"] = v
+    return out
+
+
+def link_of(rec: ResultRecord) -> str:
+    """The shaping a run had, as one cell: ``unshaped``, ``pacer 80mbit``, ``netns 80mbit +5 ms``."""
+    cfg = rec.config
+    net, rate, lat = cfg.get("net") or "none", cfg.get("bandwidth"), cfg.get("latency_ms") or 0
+    if net == "none" and not rate and not lat:
+        return "unshaped"
+    parts = [net if net != "none" else "", str(rate) if rate else "", f"+{lat:g} ms" if lat else ""]
+    return " ".join(p for p in parts if p)
+
+
+def _split_fields(records: Sequence[ResultRecord], group_by: Sequence[str]) -> list[str]:
+    """The config fields (``config.`` paths) whose values differ between records and that
+    ``group_by``, the link and :data:`POOLED` do not already stand for: each splits rows."""
+    named = {k.removeprefix("config.") for k in group_by}
+    flats = [_flat(r.config) for r in records]
+    keys = list(dict.fromkeys(k for f in flats for k in f))
+    return [f"config.{k}" for k in keys
+            if k not in named and k not in POOLED and k not in SHAPING
+            and len({json.dumps(f.get(k), sort_keys=True, default=str) for f in flats}) > 1]
+
+
+def _pooled_note(groups: dict[tuple, list[ResultRecord]]) -> str | None:
+    """Which :data:`POOLED` fields differ inside some row, with their values."""
+    seen: dict[str, set] = {}
+    for recs in groups.values():
+        for k in POOLED:
+            vals = {str(r.seed if k == "seed" else _flat(r.config).get(k)) for r in recs}
+            if len(vals) > 1:
+                seen.setdefault(k, set()).update(vals)
+    if not seen:
+        return None
+    return "Rows pool runs that differ only in " + "; ".join(
+        f"{k} ({', '.join(sorted(v))})" for k, v in seen.items()) + "."
 
 
 STEP_SPREAD = f"{IQR} of the measured steps (a row's runs pooled)"
@@ -281,6 +336,12 @@ def records_to_table(
 ) -> Table:
     """One row per distinct ``group_by`` value (in first-seen order), one column per metric.
 
+    Rows are split further by every config field whose value differs between the records
+    (``--set`` fields, algorithm parameters, data, steps, ...), each shown as a column, and by
+    the link (net, bandwidth, latency: a ``link`` column whenever any run was shaped); only
+    :data:`POOLED` fields (the seed, limits, meters) are pooled over, and a note names those
+    that differ inside a row.
+
     ``metrics`` defaults to :data:`DEFAULT_METRICS`; the pseudo-metric
     ``throughput`` stands for whichever of ``throughput_tokens_per_s`` /
     ``throughput_samples_per_s`` the records carry. Several records in one
@@ -310,6 +371,10 @@ def records_to_table(
                 raise TableError(f"no record has metric {m!r}; available: {', '.join(available)}")
             names.append(m)
 
+    group_by = list(group_by)
+    if "link" not in group_by and any(link_of(r) != "unshaped" for r in records):
+        group_by.append("link")
+    group_by += _split_fields(records, group_by)
     groups: dict[tuple, list[ResultRecord]] = {}
     for r in records:
         groups.setdefault(tuple(_group_value(r, k) for k in group_by), []).append(r)
@@ -365,6 +430,9 @@ def records_to_table(
     notes: list[str] = []
     if multi:
         notes.append("Rows with several runs show the mean of numeric metrics.")
+    pooled = _pooled_note(groups)
+    if pooled:
+        notes.append(pooled)
     if "params_sha256" in names:
         notes.append("params sha256: first 12 hex digits (full digest in CSV).")
     if synthetic:

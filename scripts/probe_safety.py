@@ -1,0 +1,345 @@
+"""Probe the harness's safety from outside and print what it measured, as one table.
+
+    python3 scripts/probe_safety.py [--quick]
+
+Cases: bad command-line input; ``--out`` at a FIFO, a device node (``mknod``, root), a symbolic
+link to one, and two runs started together on one ``--out``; crafted codec payloads and
+rank-output frames (bit flips, truncations, extensions) decoded under ``tracemalloc``; SIGINT and
+SIGTERM on a small gloo run.  Each row counts: ``tried``; ``clear`` (refused or stopped with a
+one-line message, nothing lost); ``crash/traceback``; ``silent wrong`` (a destructive write, a
+lost record, a corrupted input decoded as a value); ``left behind`` (files or processes that
+outlive the case).  Decoding also reports its largest allocation per payload byte.  Every count
+is computed from the runs here, never typed.  Needs a few minutes on two cores.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import random
+import signal
+import stat
+import subprocess
+import sys
+import tempfile
+import time
+import tracemalloc
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+CLI = [sys.executable, "-m", "harness.cli"]
+SMALL_RUN = ["run", "fo-sgd", "--steps", "2"]
+
+
+@dataclasses.dataclass
+class Row:
+    test: str
+    tried: int = 0
+    clear: int = 0
+    crash: int = 0
+    silent_wrong: int = 0
+    left_behind: int = 0
+
+
+def _cli(args: list[str], timeout: float = 300) -> subprocess.CompletedProcess:
+    return subprocess.run([*CLI, *args], cwd=ROOT, capture_output=True, text=True, timeout=timeout)
+
+
+def _one_clear_line(p: subprocess.CompletedProcess) -> bool:
+    err = p.stderr.strip()
+    return p.returncode == 2 and "Traceback" not in err and len(err.splitlines()) == 1 and len(err) > 12
+
+
+def probe_cli() -> Row:
+    row = Row("bad CLI input")
+    cases = [
+        ["run", "no-such-algorithm"], ["run", "fo-sgd", "--steps", "-1"], ["run", "fo-sgd", "--world-size", "0"],
+        ["run", "pipeline-sgd", "--world-size", "2", "--bandwidth", "1bit"],
+        ["run", "pipeline-sgd", "--world-size", "2", "--bandwidth", "100000gbit"],
+        ["run", "aq-sgd", "--set", "dataset_size=1e12"], ["run", "fo-sgd", "--set", "nonsense=1"],
+        ["run", "fo-sgd", "--out", "/tmp/" + "x" * 300 + ".json"], ["run", "fo-sgd", "--model", "nope"],
+        ["table", "/nonexistent-dir"], ["compare", "/nonexistent-a", "/nonexistent-b"],
+        ["reproduce", "no-such-experiment"],
+    ]
+    for args in cases:
+        row.tried += 1
+        p = _cli(args)
+        if "Traceback" in p.stderr:
+            row.crash += 1
+        elif p.returncode == 0:
+            row.silent_wrong += 1
+        elif _one_clear_line(p):
+            row.clear += 1
+        else:
+            print(f"  unclear: {args}: exit {p.returncode}: {p.stderr.strip()[:200]}")
+    return row
+
+
+def _kind(path: Path) -> str:
+    try:
+        m = os.lstat(path).st_mode
+    except FileNotFoundError:
+        return "missing"
+    return ("link" if stat.S_ISLNK(m) else "fifo" if stat.S_ISFIFO(m) else "char" if stat.S_ISCHR(m)
+            else "file" if stat.S_ISREG(m) else "other")
+
+
+def probe_out_nodes(tmp: Path) -> Row:
+    row = Row("--out at non-regular files")
+    targets = []
+    fifo = tmp / "fifo"
+    os.mkfifo(fifo)
+    targets.append(fifo)
+    if os.geteuid() == 0:  # a device node like /dev/full, made here
+        dev = tmp / "full"
+        os.mknod(dev, 0o666 | stat.S_IFCHR, os.makedev(1, 7))
+        targets.append(dev)
+        link = tmp / "link-to-full"
+        link.symlink_to(dev)
+        targets.append(link)
+    link_fifo = tmp / "link-to-fifo"
+    link_fifo.symlink_to(fifo)
+    targets.append(link_fifo)
+    for cmd in (SMALL_RUN, ["table", str(ROOT / "checks")]):
+        for t in targets:
+            row.tried += 1
+            before = {p.name: _kind(p) for p in tmp.iterdir()}
+            p = _cli([*cmd, "--out", str(t)])
+            after = {q.name: _kind(q) for q in tmp.iterdir()}
+            if "Traceback" in p.stderr:
+                row.crash += 1
+            if any(after.get(k) != v for k, v in before.items()):
+                row.silent_wrong += 1  # the node (or the link) was replaced
+            elif p.returncode == 2 and "Traceback" not in p.stderr:
+                row.clear += 1
+            if set(after) - set(before):
+                row.left_behind += 1
+    return row
+
+
+def probe_concurrent_out(tmp: Path) -> Row:
+    row = Row("concurrent --out")
+    out = tmp / "same.json"
+    procs = [subprocess.Popen([*CLI, *SMALL_RUN, "--seed", str(i), "--out", str(out)], cwd=ROOT,
+                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True) for i in range(2)]
+    results = [(p.wait(300), p.stderr.read()) for p in procs]
+    row.tried = 1
+    records = list(tmp.glob("same*.json"))
+    if any("Traceback" in err for _, err in results):
+        row.crash += 1
+    ok = sum(rc == 0 for rc, _ in results)
+    if len(records) < ok + sum(rc != 0 and "beside" in err for rc, err in results):
+        row.silent_wrong += 1  # a run said it saved a record that is not there
+    else:
+        row.clear += 1
+    for r in records:
+        r.unlink()
+    return row
+
+
+def _nbytes(obj) -> int:
+    import torch
+
+    if isinstance(obj, torch.Tensor):
+        return obj.numel() * obj.element_size()
+    params = getattr(obj, "params", None)  # a RankOutput
+    return sum(_nbytes(p) for _, p in params) if params else 0
+
+
+def _measure_decode(fn, data) -> tuple[str, int]:
+    """The outcome and the allocation: tracemalloc's peak (Python's allocator) or, for what
+    decoded, the tensors it returned (torch allocates outside tracemalloc's view)."""
+    tracemalloc.start()
+    made = 0
+    try:
+        made = _nbytes(fn(data))
+        outcome = "decoded"
+    except Exception as e:  # noqa: BLE001 - the probe classifies whatever a decoder raises
+        outcome = type(e).__name__
+    peak = tracemalloc.get_traced_memory()[1]
+    tracemalloc.stop()
+    return outcome, max(peak, made)
+
+
+def probe_codecs(n_mut: int) -> tuple[Row, float, int]:
+    import torch
+
+    from algorithms.codecs import EXAMPLE_SPECS, CodecError, decode, make_codec
+
+    row = Row("crafted codec payloads")
+    rng = random.Random(0)
+    worst, beyond = 0.0, 0
+    x = torch.randn(64, 8, generator=torch.Generator().manual_seed(0))
+    x[x.abs() < 0.8] = 0  # sparse enough for the sparse formats to choose an index list
+    for spec in EXAMPLE_SPECS:
+        try:
+            good = bytes(make_codec(spec).encode(x.clone()).data.numpy())
+        except CodecError:
+            continue
+        for i in range(n_mut):
+            b = bytearray(good)
+            how = i % 3
+            if how == 0:
+                for _ in range(rng.randint(1, 3)):
+                    b[rng.randrange(len(b))] ^= 1 << rng.randrange(8)
+            elif how == 1:
+                del b[rng.randrange(1, len(b)):]
+            else:
+                b += bytes(rng.randrange(256) for _ in range(rng.randint(1, 64)))
+            if bytes(b) == good:
+                continue
+            row.tried += 1
+            data = torch.frombuffer(bytearray(b), dtype=torch.uint8)
+            outcome, peak = _measure_decode(decode, data)
+            ratio = peak / len(b)
+            if outcome == "decoded":
+                row.silent_wrong += 1
+            elif outcome in ("CodecError", "NonFiniteInput"):
+                row.clear += 1
+            else:
+                row.crash += 1
+            # a refused payload must not have allocated beyond 2x its size (plus the interpreter's own)
+            worst = max(worst, ratio)
+            beyond += peak > 2 * len(b) + 64 * 1024
+    # crafted headers (valid CRCs): a sparse payload announcing the most elements it may with no
+    # entries, so the body is empty and the decoder's output is all it allocates
+    from algorithms.codecs._core import FAMILY_SPARSE, MAX_ELEMENTS_PER_BYTE, build_header, header_nbytes
+    from algorithms.codecs.sparse_body import FMT_COO, pack_sparse_params
+
+    size = header_nbytes(1, FAMILY_SPARSE)
+    for n in (size * MAX_ELEMENTS_PER_BYTE, size * MAX_ELEMENTS_PER_BYTE + 1, 1 << 31):
+        head = build_header(FAMILY_SPARSE, torch.float32, (n,), pack_sparse_params(0, 0, FMT_COO, 0))
+        data = torch.frombuffer(bytearray(head), dtype=torch.uint8).clone()
+        from algorithms.codecs._core import seal
+        seal(data)
+        row.tried += 1
+        outcome, peak = _measure_decode(decode, data)
+        row.clear += outcome == "CodecError"
+        row.crash += outcome not in ("CodecError", "decoded")
+        worst = max(worst, peak / data.numel())
+        beyond += peak > 2 * data.numel() + 64 * 1024
+        if peak > 2 * data.numel() + 64 * 1024:
+            print(f"  a {data.numel()}-byte sparse payload announcing {n} elements: {outcome}, {peak} bytes")
+    return row, worst, beyond
+
+
+def probe_rank_output(n_mut: int) -> tuple[Row, float, int]:
+    import torch
+
+    from harness.context import RankOutput
+    from harness.rank_output_wire import RankOutputError, decode, encode
+
+    row = Row("rank-output frames")
+    out = RankOutput(rank=1, params=[(0, torch.randn(16, 4)), (1, torch.randn(4))], history={"loss": [1.0, 0.5]},
+                     step_times=[0.1, 0.2], peak_memory_bytes=1, peak_memory_growth_bytes=0,
+                     peak_memory_reset=True, peak_tensor_bytes=None, peak_tensor_growth_bytes=None,
+                     sent_bytes=10, sent_messages=2, received_bytes=9, framing_bytes=32,
+                     bytes_by_tag={"act": (10, 2)}, tokens_per_step=64, wire_tx_bytes=None,
+                     wire_rx_bytes=None, extra={})
+    good = encode(out)
+    rng = random.Random(1)
+    worst, beyond = 0.0, 0
+    for i in range(n_mut):
+        b = bytearray(good)
+        if i % 3 == 0:
+            b[rng.randrange(len(b))] ^= 1 << rng.randrange(8)
+        elif i % 3 == 1:
+            del b[rng.randrange(1, len(b)):]
+        else:
+            b += bytes(rng.randint(1, 64))
+        row.tried += 1
+        outcome, peak = _measure_decode(lambda d: decode(d, expect_rank=1), bytes(b))
+        if outcome == "decoded":
+            row.silent_wrong += 1
+        elif outcome == RankOutputError.__name__:
+            row.clear += 1
+        else:
+            row.crash += 1
+        worst = max(worst, peak / len(b))
+        beyond += peak > 2 * len(b) + 64 * 1024
+    return row, worst, beyond
+
+
+def _descendants(pid: int) -> set[int]:
+    out, todo = set(), [pid]
+    while todo:
+        p = todo.pop()
+        try:
+            kids = Path(f"/proc/{p}/task/{p}/children").read_text().split()
+        except OSError:
+            continue
+        for k in map(int, kids):
+            out.add(k)
+            todo.append(k)
+    return out
+
+
+def probe_signals(tmp: Path) -> Row:
+    row = Row("SIGINT/SIGTERM on a run")
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        out = tmp / f"sig{int(sig)}.json"
+        p = subprocess.Popen([*CLI, "run", "pipeline-sgd", "--world-size", "2", "--backend", "gloo",
+                              "--steps", "100000", "--out", str(out)], cwd=ROOT, stdout=subprocess.PIPE,
+                             stderr=subprocess.PIPE, text=True, start_new_session=True)
+        deadline = time.monotonic() + 120
+        kids: set[int] = set()
+        while time.monotonic() < deadline and len(kids) < 2:  # both ranks are up
+            kids |= _descendants(p.pid)
+            time.sleep(0.2)
+        kids |= _descendants(p.pid)
+        p.send_signal(sig)
+        row.tried += 1
+        try:
+            _, err = p.communicate(timeout=60)
+        except subprocess.TimeoutExpired:
+            os.killpg(p.pid, signal.SIGKILL)
+            _, err = p.communicate()
+            row.crash += 1
+            continue
+        alive = [k for k in kids if Path(f"/proc/{k}").exists()
+                 and "zombie" not in Path(f"/proc/{k}/status").read_text().lower()]
+        left = alive or [f for f in tmp.iterdir() if f.name.startswith(f"sig{int(sig)}")]
+        if "Traceback" in err:
+            row.crash += 1
+        elif p.returncode != 0 and err.strip():
+            row.clear += 1
+        if left:
+            row.left_behind += 1
+            for k in alive:
+                os.kill(k, signal.SIGKILL)
+    return row
+
+
+def main(argv: list[str]) -> int:
+    quick = "--quick" in argv
+    rows: list[Row] = []
+    extra: list[str] = []
+    with tempfile.TemporaryDirectory(prefix="cb-probe-") as d:
+        tmp = Path(d)
+        rows.append(probe_cli())
+        rows.append(probe_out_nodes(tmp))
+        rows.append(probe_concurrent_out(tmp))
+        codec_row, worst, beyond = probe_codecs(30 if quick else 300)
+        rows.append(codec_row)
+        extra.append(f"codec decodes: largest allocation {worst:.1f} x the payload; "
+                     f"{beyond} beyond 2 x payload + 64 KiB")
+        ro_row, worst, beyond = probe_rank_output(60 if quick else 1000)
+        rows.append(ro_row)
+        extra.append(f"rank-output decodes: largest allocation {worst:.1f} x the frame; "
+                     f"{beyond} beyond 2 x frame + 64 KiB")
+        if not quick:
+            rows.append(probe_signals(tmp))
+    print("test | tried | clear | crash/traceback | silent wrong | left behind")
+    print("--- | --- | --- | --- | --- | ---")
+    for r in rows:
+        print(f"{r.test} | {r.tried} | {r.clear} | {r.crash} | {r.silent_wrong} | {r.left_behind}")
+    for line in extra:
+        print(line)
+    print("not probed here: a rank stopped (SIGSTOP) during rendezvous")
+    bad = sum(r.crash + r.silent_wrong + r.left_behind for r in rows)
+    return 1 if bad else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))
