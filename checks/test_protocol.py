@@ -1,4 +1,4 @@
-"""Protocol Models (issue 6): lossless subspace wire, gradient and trajectory equivalence with
+"""Protocol Models: lossless subspace wire, gradient and trajectory equivalence with
 the unsplit constrained model, the subspace invariant under AdamW + Grassmann, bytes, errors."""
 
 from __future__ import annotations

@@ -137,7 +137,7 @@ def test_long_labels_and_many_columns(width):
     _assert_whole(huge, width)
 
 
-# ---------------------------------------------------------------------------- issue 14: times with spread
+# ---------------------------------------------------------------------------- times with spread
 
 TIMED = re.compile(r"\btime\b|speed-up|throughput|(?<!\w)s/step|/ epoch|achievable", re.IGNORECASE)
 
