@@ -11,7 +11,7 @@ it is built).  Supporting experiments (the harness reference, scaling, codec
 sizes) run by name.
 """
 
-import importlib
+from harness.lazy import exports
 
 # Names re-exported from the submodules, imported on first use: ``commbench list`` reads
 # ``registry`` (torch-free) without loading the claims and runner (which import torch).
@@ -25,8 +25,4 @@ _EXPORTS = {
 }
 __all__ = sorted(_EXPORTS)
 
-
-def __getattr__(name: str):
-    if name not in _EXPORTS:
-        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-    return getattr(importlib.import_module(f"{__name__}.{_EXPORTS[name]}"), name)
+__getattr__ = exports(__name__, _EXPORTS)

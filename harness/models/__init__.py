@@ -21,7 +21,7 @@ import os
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
 
-import importlib  # noqa: E402
+from harness.lazy import exports  # noqa: E402
 
 # Names re-exported from the submodules, imported on first use: ``commbench list models``
 # reads ``presets`` (torch-free) without building anything.
@@ -35,8 +35,4 @@ _EXPORTS = {
 }
 __all__ = sorted(_EXPORTS)
 
-
-def __getattr__(name: str):
-    if name not in _EXPORTS:
-        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-    return getattr(importlib.import_module(f"{__name__}.{_EXPORTS[name]}"), name)
+__getattr__ = exports(__name__, _EXPORTS)
