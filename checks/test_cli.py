@@ -84,7 +84,7 @@ def test_list_names_everything(capsys):
         assert name in out
 
 
-# --------------------------------------------------------------------------- issue 15: hostile input
+# --------------------------------------------------------------------------- hostile input
 # Each bad input ends with exit 2 and one line on stderr, before any rank
 # starts (a spy on the launcher and on the torchrun entry sees no call) and
 # without writing anything (the working directory and the targets are
@@ -160,7 +160,7 @@ def _foreign_asv(root: Path) -> None:
 
 
 RO = "<ro>"
-BAD_INPUTS = [  # (issue 15's list first) args, needle
+BAD_INPUTS = [  # args, needle
     (["run", "fo-sgd", "--timeout", "inf"], "finite number of seconds"),
     (["run", "asylpg", "--world-size", "2", "--set", "batch=0"], "batch must be >= 1"),
     (["run", "fo-sgd", "--out", "a_dir"], "is a directory"),
@@ -344,7 +344,7 @@ def test_a_diverging_loss_stops_the_run_on_every_rank(algo, world, tmp_path, cap
     assert len(err) == 1 and "diverged" in err[0] and not out.exists()
 
 
-# --------------------------------------------------------------------------- issue 16: discoverable, fast
+# --------------------------------------------------------------------------- discoverable, fast
 def test_describe_shows_the_live_parameters(capsys):
     import dataclasses
 
@@ -359,15 +359,37 @@ def test_describe_shows_the_live_parameters(capsys):
     assert "perturbation scale" in out and ">= 2 (default 2" in out and spec.paper in out
 
 
-def test_the_catalog_matches_the_registries():
-    from harness import catalog
-    from harness.experiments.catalog import build_experiments
+def test_the_declared_world_rule_starts_at_the_smallest_valid_world_size():
+    # `run` without --world-size (and `describe`) take min_world; a default config must fit it
+    from harness.config import ConfigError
+    from harness.registry import load_all, make_config
 
-    again = "regenerate with: python -m harness.experiments.catalog"
-    assert catalog.load() == catalog.build_catalog(), again
-    assert catalog.load_models() == catalog.build_models(), again
-    assert catalog.load_data() == catalog.build_data(), again
-    assert catalog.load_experiments() == build_experiments(), again
+    for name, spec in load_all().items():
+        make_config(name, world_size=spec.min_world)
+        if spec.min_world > 1:
+            with pytest.raises(ConfigError, match="world size"):
+                make_config(name, world_size=spec.min_world - 1)
+
+
+def test_declared_data_is_what_its_class_reads():
+    from harness.data import dataset_class
+    from harness.datasets import DECLARED
+    from harness.registry import load_all
+
+    load_all()  # the families declare their own data sets
+    assert len(DECLARED) >= 6  # wiki-en, two synthetic, tweets, the scikit-learn tables
+    for name, decl in DECLARED.items():
+        cls = dataset_class(name)
+        assert f"{cls.__module__}:{cls.__name__}" == decl.entry and cls.kind == decl.kind
+        assert decl.split_sizes == (cls().stats() if hasattr(cls, "stats") else None), name
+
+
+def test_every_experiment_is_declared_once_and_bound_by_its_module():
+    from harness.experiments.registry import DECLARED, all_experiments
+    from harness.registry import PAPERS
+
+    assert {e.name for e in all_experiments()} == set(DECLARED)
+    assert all(d.paper is None or d.paper in PAPERS for d in DECLARED.values())
 
 
 def _rows(out: str, title: str) -> dict[str, list[str]]:
@@ -380,8 +402,9 @@ def _rows(out: str, title: str) -> dict[str, list[str]]:
 
 
 def test_list_shows_the_live_models_data_and_experiments(capsys):
-    # `list` reads the catalog; what it prints must be what the live registries hold
-    from harness.data import DATASETS, get_dataset
+    # `list` reads the declarations; what it prints must be what the live registries hold
+    from harness.data import get_dataset
+    from harness.datasets import DECLARED as DATASETS
     from harness.experiments import all_experiments
     from harness.models import PRESETS
     from harness.registry import load_all
@@ -434,8 +457,12 @@ def test_help_list_and_describe_do_not_import_torch(argv):
     assert "RC 0" in out or "RC None" in out, p.stderr
     mods = out.split("MODULES ", 1)[1].split()
     assert "harness.cli" in mods  # the path really ran
-    heavy = [m for m in mods if m.split(".")[0] in ("torch", "transformers", "numpy", "algorithms")]
+    heavy = [m for m in mods if m.split(".")[0] in ("torch", "transformers", "numpy")]
     assert heavy == []
+    # of the algorithms, only the families' torch-free declarations
+    code = [m for m in mods if m.startswith("algorithms.") and m.count(".") > 1
+            and m.rsplit(".", 1)[-1] not in ("params", "tables")]
+    assert code == []
 
 
 def test_a_diverging_parameter_server_run_says_diverged_not_codec_error(tmp_path, capsys):

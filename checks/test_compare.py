@@ -185,7 +185,7 @@ def test_asv_rerun_of_some_benchmarks_keeps_the_others(tmp_path, asv_portable):
         "bench_pipeline.Pipe.track_payload_bytes_per_step"]
 
 
-# --------------------------------------------------------------------------- exit rules (issue 15)
+# --------------------------------------------------------------------------- exit rules
 def test_nothing_compared_is_an_error(tmp_path, capsys):
     (tmp_path / "a").mkdir()
     (tmp_path / "b").mkdir()

@@ -1,4 +1,4 @@
-"""Compressed pipelines (issue 5): direct-compress, aq-sgd, clapping-fc / clapping-fu.
+"""Compressed pipelines: direct-compress, aq-sgd, clapping-fc / clapping-fu.
 
 Whole runs on the threads backend (gloo where the issue asks for it): identity
 equivalences with pipeline-sgd, FU with p = 1, identical EF replicas on both

@@ -12,7 +12,6 @@ from pathlib import Path
 
 import pytest
 
-from harness.catalog import load
 from harness.config import DEFAULT_MAX_FRAME_BYTES, ConfigError, RunConfig
 from harness.registry import config_from_dict, load_all, make_config
 
@@ -24,7 +23,7 @@ SPLITTERS = {"fo-sgd", "pipeline-sgd", "direct-compress", "aq-sgd", "clapping-fc
 
 
 def _default(name: str, **kw) -> RunConfig:
-    return make_config(name, world_size=load()[name]["default_world"], **kw)
+    return make_config(name, world_size=load_all()[name].min_world, **kw)
 
 
 # ---- max_frame_bytes --------------------------------------------------------------
@@ -46,7 +45,7 @@ def test_max_frame_bytes_bounds_are_inclusive(good):
 
 
 # ---- the micro-batch rule --------------------------------------------------------
-@pytest.mark.parametrize("name", sorted(load()))
+@pytest.mark.parametrize("name", sorted(load_all()))
 def test_only_the_families_that_split_a_batch_refuse_an_uneven_split(name):
     if name in SPLITTERS:
         # the whole reason, so a user knows what the rule is (algorithms/pipeline/local.py)
@@ -67,13 +66,13 @@ def test_every_reader_of_micro_batches_is_a_splitter():
     from harness.registry import ALGORITHMS
 
     in_readers = {name for name, spec in ALGORITHMS.items()
-                  if Path(spec.run.__code__.co_filename).resolve() in readers}
+                  if (ROOT / (spec.module.replace(".", "/") + ".py")).resolve() in readers}
     assert in_readers - SPLITTERS == set(), "registered in a module that reads micro_batches"
     assert len(in_readers) >= 6  # the scan sees the pipeline and protocol modules
 
 
 # ---- the config as JSON ----------------------------------------------------------
-@pytest.mark.parametrize("name", sorted(load()))
+@pytest.mark.parametrize("name", sorted(load_all()))
 def test_every_default_config_round_trips_through_json(name):
     cfg = _default(name, max_frame_bytes=4096, max_run_time_s=30.0, bandwidth="80mbit")
     back = config_from_dict(json.loads(json.dumps(cfg.to_dict(), allow_nan=False)))

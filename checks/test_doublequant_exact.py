@@ -164,7 +164,7 @@ def test_rank_program_one_full_precision_worker_is_serial_prox_svrg(variant, ser
     # The registered rank functions are built at import, by asylpg._rank_program (before
     # mutation testing picks a mutant); build this one here so that its body is what runs.
     spec = get_algorithm(variant)
-    monkeypatch.setitem(ALGORITHMS, variant, dataclasses.replace(spec, run=asylpg._rank_program(variant)))
+    monkeypatch.setitem(ALGORITHMS, variant, dataclasses.replace(spec, entry=asylpg._rank_program(variant)))
     cfg = make_config(variant, world_size=2, backend="threads", steps=3, seed=3, dtype="float64", model=MODEL,
                       params=dict(lr=0.05, m=12, batch=8, b=32, bx=32, tau=0, l1=1e-3, l2=1e-3, serve=serve))
     outs, params = run_capturing(cfg)

@@ -154,7 +154,7 @@ def test_bad_harness_parameters_fail_clearly(kw, text):
 
 
 def test_zero_workers_is_a_config_error():
-    with pytest.raises(ConfigError, match="at least one worker"):
+    with pytest.raises(ConfigError, match="asylpg needs world size >= 2, got 1"):  # a master and a worker
         make_config("asylpg", world_size=1)
     with pytest.raises(ConfigError, match="tau must be >= 0"):
         from harness.config import apply_sets

@@ -174,7 +174,7 @@ def test_sparq_opt125m_is_a_supporting_experiment():
     assert "sparq-opt125m" in SUPPORTING and "sparq-opt125m" not in ORDER and not exp.paper
 
 
-# ---------------------------------------------------------------------------- timed claims (issue 14)
+# ---------------------------------------------------------------------------- timed claims
 
 def _step_times(seed: int, n: int, scale: float = 0.05):
     import torch

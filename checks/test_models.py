@@ -372,6 +372,14 @@ def test_bad_input_raises_value_error(call, match):
     assert "\n" not in str(info.value)
 
 
+def test_every_preset_activation_is_one_transformers_knows():
+    from transformers.activations import ACT2FN
+
+    from harness.models.presets import ACTIVATIONS
+
+    assert set(ACTIVATIONS) <= set(ACT2FN)
+
+
 def test_stage_rejects_wrong_number_of_inputs():
     stages = split_model(_cached_model("tiny-gpt2"), 2, "ffn_act")
     with pytest.raises(ValueError, match="takes 2 inputs"):

@@ -1,4 +1,4 @@
-"""Protocol Models (issue 6): lossless subspace wire, gradient and trajectory equivalence with
+"""Protocol Models: lossless subspace wire, gradient and trajectory equivalence with
 the unsplit constrained model, the subspace invariant under AdamW + Grassmann, bytes, errors."""
 
 from __future__ import annotations
@@ -252,8 +252,8 @@ def test_bad_configurations_fail_with_clear_messages():
     for bad in (0, -3):
         with pytest.raises(ValueError, match=r"k must be an int >= 1"):
             _cfg(params={"k": bad})
-    with pytest.raises(ConfigError, match=r"no residual transformer blocks"):
-        _cfg(model="mlp-64-100-10")
+    with pytest.raises(ConfigError, match=r"unknown model 'mlp-64-100-10' for protocol; choose from tiny-opt"):
+        _cfg(model="mlp-64-100-10")  # a name outside the presets: named before any fit rule runs
     with pytest.raises(ValueError, match=r"not a residual transformer"):
         mlp = torch.nn.Sequential(torch.nn.Linear(4, 4), torch.nn.ReLU(), torch.nn.Linear(4, 4))
         ConstrainedModel(mlp, Wire(make_basis(4, 2, 0), fixed_table(3, 4, 0, "t", 1.0, F64), None), 1)

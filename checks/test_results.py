@@ -512,7 +512,7 @@ def test_git_sha_clean_dirty_and_not_a_checkout(tmp_path):
     assert environment._git_sha(sub) is None  # inside some other checkout: not ours
 
 
-# --------------------------------------------------------------------------- load before / after (issue 14)
+# --------------------------------------------------------------------------- load before / after
 
 
 def test_a_run_records_the_load_before_and_after(monkeypatch):
@@ -539,7 +539,7 @@ def test_a_run_records_the_load_before_and_after(monkeypatch):
 def test_records_without_load_still_load_and_bad_load_is_refused(tmp_path):
     d = good_dict()
     assert "load_before" not in d["env"]
-    ResultRecord.from_dict(d)  # a record from before issue 14
+    ResultRecord.from_dict(d)  # a record from before records carried the load
     for bad in ([1.0, 2.0], [1.0, -2.0, 3.0], "high", [1.0, "x", 3.0]):
         d = good_dict()
         d["env"]["load_after"] = bad

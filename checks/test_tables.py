@@ -487,7 +487,7 @@ def test_with_reference_adds_paper_columns(tmp_path):
     assert t4.columns == t.columns and "No reference values matched" in t4.notes[-1]
 
 
-# --------------------------------------------------------------------------- times with their spread (issue 14)
+# --------------------------------------------------------------------------- times with their spread
 
 
 @settings(deadline=None, max_examples=30)

@@ -137,7 +137,7 @@ def test_long_labels_and_many_columns(width):
     _assert_whole(huge, width)
 
 
-# ---------------------------------------------------------------------------- issue 14: times with spread
+# ---------------------------------------------------------------------------- times with spread
 
 TIMED = re.compile(r"\btime\b|speed-up|throughput|(?<!\w)s/step|/ epoch|achievable", re.IGNORECASE)
 
@@ -169,7 +169,7 @@ def test_main_job_timed_claims_are_decided_by_their_interval(main_job_tables):
     """The claims whose measure is a time (DistZO2's speed-ups, Protocol's throughput) carry an
     interval and a threshold, and an interval covering the threshold is never a verdict."""
     timed = [c for c in BUILT_CLAIMS if any(w in c.criterion.lower() for w in ("speed-up", "tokens/s", "throughput"))]
-    assert {c.paper for c in timed} == {"DistZO2", "Protocol Models"} and len(timed) >= 3
+    assert {c.paper for c in timed} == {"distzo2", "protocol"} and len(timed) >= 3
     for c in timed:
         assert c.interval is not None and c.threshold is not None, c.criterion
         if c.interval.covers(c.threshold):

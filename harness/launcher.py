@@ -53,36 +53,14 @@ class Interrupted(KeyboardInterrupt):
 
 
 def validate(cfg: RunConfig) -> None:
-    """Everything that can be checked before any rank starts."""
-    from .data import DATASETS
-    from .models import PRESETS
-
-    spec = get_algorithm(cfg.algorithm)
-    models = spec.models if spec.models is not None else tuple(PRESETS)
-    if cfg.model not in models:
-        raise ConfigError(f"unknown model {cfg.model!r} for {cfg.algorithm}; choose from {', '.join(models)}")
-    if cfg.data not in DATASETS:
-        raise ConfigError(f"unknown data {cfg.data!r}; choose from {', '.join(DATASETS)}")
+    """What the machine must provide for ``cfg``, before any rank starts (the config itself was
+    checked when it was made: ``harness.registry.validate``)."""
     _check_sources(cfg)
-    _check_data_kind(cfg)
-    spec.validate(cfg)
     if cfg.backend == "nccl":
         import torch
 
         if not torch.cuda.is_available():
             raise ConfigError("the nccl backend needs CUDA GPUs; none is available here")
-
-
-def _check_data_kind(cfg: RunConfig) -> None:
-    """A transformer preset reads token (or labelled text) data; a feature table is read only by
-    the problems of its family (logreg-*, mlp-*)."""
-    from .data import dataset_class
-    from .models import PRESETS
-
-    if cfg.model in PRESETS and getattr(dataset_class(cfg.data), "modality", "tokens") == "table":
-        raise ConfigError(f"{cfg.algorithm}: data {cfg.data!r} is a feature table, not token data for "
-                          f"the model {cfg.model!r}; choose token data (commbench list data), or a "
-                          "problem that reads tables (asylpg --model logreg-digits, ...)")
 
 
 def _check_sources(cfg: RunConfig) -> None:
@@ -98,11 +76,7 @@ def _check_sources(cfg: RunConfig) -> None:
         return
     if preset.pretrained is not None:
         checkpoint_dir(preset.pretrained)
-    cls = dataset_class(cfg.data)
-    if cls.modality == "classify":
-        if preset.task != "classify":
-            raise ConfigError(f"{cfg.data} is a classification task; model {cfg.model!r} is a "
-                              f"{preset.task!r} model (use a classifier preset, e.g. minilm-l6)")
+    if dataset_class(cfg.data).modality == "classify":
         tok = tokenizer_for(cfg.model)
         if preset.prompt is not None:
             from .models.prompt import PromptError, label_token_ids
@@ -111,15 +85,7 @@ def _check_sources(cfg: RunConfig) -> None:
                 label_token_ids(tok, preset.prompt)
             except PromptError as exc:
                 raise ConfigError(f"model {cfg.model!r}: {exc}") from None
-        cls().texts("train")  # parses the file (a bad row is named)
-    elif preset.task == "classify":
-        raise ConfigError(f"model {cfg.model!r} is a classifier; {cfg.data} has no class labels "
-                          "(use a labelled task, e.g. tweets-sentiment)")
-    if cfg.head != "fresh" and preset.task != "classify":
-        raise ConfigError(f"head={cfg.head} applies to classifier presets; {cfg.model!r} is a {preset.task!r} model")
-    if cfg.head != "fresh" and preset.prompt is not None:
-        raise ConfigError(f"head={cfg.head}: {cfg.model!r} scores label words with its own LM head "
-                          "(prompt-based, nothing to fit); leave head=fresh")
+        dataset_class(cfg.data)().texts("train")  # parses the file (a bad row is named)
 
 
 def rank_program(cfg: RunConfig, comm, progress: ProgressFn | None = None) -> RankOutput:

@@ -2,7 +2,7 @@
 seeded percentile bootstrap (of a ratio of medians, or of any statistic of independent series).
 
 Every time a table or a claim shows is a value over repeats (steps, runs), never one number
-alone (project issue 14, "timings with their spread"); this module is the one place the
+alone ("timings with their spread"); this module is the one place the
 interval is computed, :func:`harness.reporting.units.format_interval` the one place it is shown.
 """
 

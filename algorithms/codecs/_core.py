@@ -49,7 +49,8 @@ CRC_BYTES = 4
 BODY_CRC_BYTES = 4
 LITTLE_ENDIAN = sys.byteorder == "little"
 
-# codec family ids on the wire
+# codec family ids on the wire: 1..31 built in (each registered once, with its parameter block
+# size and name, in registry.py), 32..255 for register_codec
 FAMILY_DENSE = 1
 FAMILY_QSTOCH = 2
 FAMILY_QCHANNEL = 3
@@ -58,31 +59,12 @@ FAMILY_TOPK = 5
 FAMILY_RANDK = 6
 FAMILY_IDS = 7
 FAMILY_SPARSE_QSTOCH = 8
-FAMILY_NATURAL = 32  # natural compression's long-standing id, inside register_codec's 32..255
+FAMILY_NATURAL = 9
+BUILTIN_IDS = range(1, 32)
 
-# size P of the parameter block per family
-PARAM_SIZES: dict[int, int] = {
-    FAMILY_DENSE: 1,  # transmit dtype code
-    FAMILY_QSTOCH: 5,  # bits u8, delta f32
-    FAMILY_QCHANNEL: 7,  # bits u8, flags u8, format u8, k u32
-    FAMILY_SPARSE: 7,  # value bits u8 (0 = raw dtype), flags u8, format u8, k u32
-    FAMILY_TOPK: 7,  # same layout as sparse
-    FAMILY_RANDK: 7,  # same layout as sparse
-    FAMILY_IDS: 4,  # vocab - 1 u32
-    FAMILY_SPARSE_QSTOCH: 9,  # bits u8, delta f32, nnz u32
-    FAMILY_NATURAL: 1,  # code width in bits u8
-}
-FAMILY_NAMES: dict[int, str] = {
-    FAMILY_DENSE: "dense",
-    FAMILY_QSTOCH: "qstoch",
-    FAMILY_QCHANNEL: "qchannel",
-    FAMILY_SPARSE: "sparse",
-    FAMILY_TOPK: "topk",
-    FAMILY_RANDK: "randk",
-    FAMILY_IDS: "ids",
-    FAMILY_SPARSE_QSTOCH: "sparse-qstoch",
-    FAMILY_NATURAL: "natural",
-}
+# size P of the parameter block per family, and its name: filled by the registrations
+PARAM_SIZES: dict[int, int] = {}
+FAMILY_NAMES: dict[int, str] = {}
 
 DTYPE_CODES: dict[torch.dtype, int] = {
     torch.float32: 1,

@@ -7,16 +7,8 @@ from collections.abc import Callable
 import torch
 
 from ._core import (
-    FAMILY_DENSE,
-    FAMILY_IDS,
+    BUILTIN_IDS,
     FAMILY_NAMES,
-    FAMILY_NATURAL,
-    FAMILY_QCHANNEL,
-    FAMILY_QSTOCH,
-    FAMILY_RANDK,
-    FAMILY_SPARSE,
-    FAMILY_SPARSE_QSTOCH,
-    FAMILY_TOPK,
     PARAM_SIZES,
     Codec,
     CodecError,
@@ -37,61 +29,71 @@ def _dense(name: str) -> Callable[[dict[str, str]], Codec]:
     return lambda opts: DenseCodec(name)
 
 
-_FACTORIES: dict[str, tuple[Callable[[dict[str, str]], Codec], tuple[str, ...]]] = {
-    "identity": (_dense("identity"), ()),
-    "fp32": (_dense("fp32"), ()),
-    "fp16": (_dense("fp16"), ()),
-    "bf16": (_dense("bf16"), ()),
-    "fp64": (_dense("fp64"), ()),
-    "qstoch": (QStochCodec.from_options, ("bits",)),
-    "qchannel": (QChannelCodec.from_options, ("bits", "signed", "granularity", "format", "index")),
-    "topk": (TopKCodec.from_options, ("k", "ratio", "format", "index")),
-    "randk": (RandKCodec.from_options, ("k", "ratio", "scaled", "format", "index")),
-    "sparse": (SparseCodec.from_options, ("bits", "signed", "format", "index")),
-    "sparse-qstoch": (SparseQStochCodec.from_options, ("bits",)),
-    "ids": (IdsCodec.from_options, ("vocab",)),
-    "natural": (lambda opts: NaturalCodec(), ()),
-}
+_FACTORIES: dict[str, tuple[Callable[[dict[str, str]], Codec], tuple[str, ...]]] = {}
+_FAMILY_CLASSES: dict[int, type[Codec]] = {}
+_EXAMPLES: list[str] = []
+_ID_CODECS: list[str] = []
+
+
+def _register(name: str, codec_cls: type[Codec], param_size: int,
+              factory: Callable[[dict[str, str]], Codec] | None, options: tuple[str, ...],
+              ids: range) -> None:
+    family = codec_cls.family
+    if family not in ids:
+        raise CodecError(f"register_codec: wire id {family} outside {ids.start}..{ids.stop - 1}")
+    known = _FAMILY_CLASSES.get(family)
+    if known is not None and known is not codec_cls:
+        raise CodecError(f"register_codec: wire id {family} already used by {known.__name__}")
+    if name in _FACTORIES and known is not codec_cls:
+        raise CodecError(f"register_codec: codec name {name!r} already registered")
+    PARAM_SIZES[family] = param_size
+    FAMILY_NAMES.setdefault(family, name)
+    _FAMILY_CLASSES[family] = codec_cls
+    _FACTORIES[name] = (factory or (lambda opts: codec_cls()), tuple(options))
+
+
+def _builtin(name: str, codec_cls: type[Codec], param_size: int,
+             factory: Callable[[dict[str, str]], Codec] | None = None, options: tuple[str, ...] = (),
+             examples: tuple[str, ...] = (), family: str | None = None, ids_only: bool = False) -> None:
+    """One built-in codec: its name, class (wire id 1..31), parameter block size, options and
+    example specs.  ``family`` names the wire id when several codecs share it (the dense ones)."""
+    if family is not None:
+        FAMILY_NAMES[codec_cls.family] = family
+    _register(name, codec_cls, param_size, factory, options, BUILTIN_IDS)
+    _EXAMPLES.extend(examples)
+    if ids_only:
+        _ID_CODECS.append(name)
+
+
+# The built-in codecs, one registration each (parameter block layout in the comment).
+for _name in ("identity", "fp32", "fp16", "bf16", "fp64"):
+    _builtin(_name, DenseCodec, 1, _dense(_name), examples=(_name,), family="dense")  # transmit dtype code
+_builtin("qstoch", QStochCodec, 5, QStochCodec.from_options, ("bits",),  # bits u8, delta f32
+         examples=("qstoch:bits=4",))
+_builtin("qchannel", QChannelCodec, 7, QChannelCodec.from_options,  # bits u8, flags u8, format u8, k u32
+         ("bits", "signed", "granularity", "format", "index"),
+         examples=("qchannel:bits=4", "qchannel:bits=4,signed=false,granularity=tensor",
+                   "qchannel:bits=2,signed=auto", "qchannel:bits=4,granularity=token"))
+_builtin("topk", TopKCodec, 7, TopKCodec.from_options, ("k", "ratio", "format", "index"),  # as sparse
+         examples=("topk:k=16", "topk:ratio=0.1"))
+_builtin("randk", RandKCodec, 7, RandKCodec.from_options, ("k", "ratio", "scaled", "format", "index"),  # as sparse
+         examples=("randk:k=16,scaled=true", "randk:ratio=0.25,scaled=false"))
+# value bits u8 (0 = raw dtype), flags u8, format u8, k u32
+_builtin("sparse", SparseCodec, 7, SparseCodec.from_options, ("bits", "signed", "format", "index"),
+         examples=("sparse", "sparse:bits=4"))
+_builtin("sparse-qstoch", SparseQStochCodec, 9, SparseQStochCodec.from_options, ("bits",))  # bits u8, delta f32, nnz u32
+_builtin("ids", IdsCodec, 4, IdsCodec.from_options, ("vocab",), ids_only=True)  # vocab - 1 u32
+_builtin("natural", NaturalCodec, 1, lambda opts: NaturalCodec(), examples=("natural",))  # code width in bits u8
 
 #: Codecs of integer token ids, not of float tensors (so not in ``CODECS``).
-ID_CODECS: tuple[str, ...] = ("ids",)
+ID_CODECS: tuple[str, ...] = tuple(_ID_CODECS)
 
 #: Built-in codec names for float tensors accepted by :func:`make_codec` (options
 #: after ``name:``); :func:`register_codec` adds more.
 CODECS: tuple[str, ...] = tuple(n for n in _FACTORIES if n not in ID_CODECS)
 
 #: Example spec strings, one per codec.
-EXAMPLE_SPECS: tuple[str, ...] = (
-    "identity",
-    "fp32",
-    "fp16",
-    "bf16",
-    "fp64",
-    "qstoch:bits=4",
-    "qchannel:bits=4",
-    "qchannel:bits=4,signed=false,granularity=tensor",
-    "qchannel:bits=2,signed=auto",
-    "qchannel:bits=4,granularity=token",
-    "topk:k=16",
-    "topk:ratio=0.1",
-    "randk:k=16,scaled=true",
-    "randk:ratio=0.25,scaled=false",
-    "sparse",
-    "sparse:bits=4",
-    "natural",
-)
-
-_FAMILY_CLASSES: dict[int, type[Codec]] = {
-    FAMILY_DENSE: DenseCodec,
-    FAMILY_QSTOCH: QStochCodec,
-    FAMILY_QCHANNEL: QChannelCodec,
-    FAMILY_SPARSE: SparseCodec,
-    FAMILY_TOPK: TopKCodec,
-    FAMILY_RANDK: RandKCodec,
-    FAMILY_IDS: IdsCodec,
-    FAMILY_SPARSE_QSTOCH: SparseQStochCodec,
-    FAMILY_NATURAL: NaturalCodec,
-}
+EXAMPLE_SPECS: tuple[str, ...] = tuple(_EXAMPLES)
 
 
 def make_codec(spec: str | Codec) -> Codec:
@@ -149,23 +151,12 @@ def register_codec(
     factory: Callable[[dict[str, str]], Codec] | None = None,
     options: tuple[str, ...] = (),
 ) -> None:
-    """Add a codec family defined outside this package.
+    """Add a codec family defined outside this package, in one call, as the built-in ones are.
 
-    ``codec_cls.family`` is its wire id (use 33..255; 1..31 and 32, natural
-    compression's, are this package's) and ``param_size`` the fixed size of its header parameter
-    block.  Afterwards :func:`make_codec` builds it from ``name[:options]``
-    (``factory(opts)`` gets the parsed options; default ``codec_cls()``) and
-    :func:`decode` decodes its payloads.  Re-registering the same class is a no-op.
+    ``codec_cls.family`` is its wire id (use 32..255; 1..31 are this package's) and
+    ``param_size`` the fixed size of its header parameter block.  Afterwards :func:`make_codec`
+    builds it from ``name[:options]`` (``factory(opts)`` gets the parsed options; default
+    ``codec_cls()``) and :func:`decode` decodes its payloads.  Re-registering the same class is
+    a no-op.
     """
-    family = codec_cls.family
-    if not 32 <= family <= 255:
-        raise CodecError(f"register_codec: wire id {family} outside 32..255")
-    known = _FAMILY_CLASSES.get(family)
-    if known is not None and known is not codec_cls:
-        raise CodecError(f"register_codec: wire id {family} already used by {known.__name__}")
-    if name in _FACTORIES and known is not codec_cls:
-        raise CodecError(f"register_codec: codec name {name!r} already registered")
-    PARAM_SIZES[family] = param_size
-    FAMILY_NAMES[family] = name
-    _FAMILY_CLASSES[family] = codec_cls
-    _FACTORIES[name] = (factory or (lambda opts: codec_cls()), tuple(options))
+    _register(name, codec_cls, param_size, factory, options, range(32, 256))

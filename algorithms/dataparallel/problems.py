@@ -29,19 +29,12 @@ import torch
 
 from harness.data import Dataset, register_dataset
 
-PROBLEMS = ("logreg-cancer", "logreg-digits", "mlp-digits")
-#: the harness dataset each problem (the run's model) trains on
-PROBLEM_DATA = {"logreg-cancer": "sklearn-breast-cancer", "logreg-digits": "sklearn-digits",
-                "mlp-digits": "sklearn-digits"}
+from .tables import PROBLEM_DATA, PROBLEMS  # noqa: F401  (re-exported; declares the tables' data)
 
 
 class _TableData(Dataset):
     """A real table shipped inside the scikit-learn wheel; the problems read it
     whole (``Problem``), so token batches do not apply."""
-
-    kind = "real"
-    modality = "table"
-    package = "scikit-learn"
 
     def batch(self, step, **kw):
         raise NotImplementedError(f"{self.name} is a feature table; use algorithms.dataparallel.problems")
@@ -50,14 +43,12 @@ class _TableData(Dataset):
 @register_dataset
 class BreastCancerData(_TableData):
     name = "sklearn-breast-cancer"
-    source_pattern = "scikit-learn {version} (load_breast_cancer, bundled)"
     description = "Wisconsin breast cancer, 569 x 30, binary (standardised)"
 
 
 @register_dataset
 class DigitsData(_TableData):
     name = "sklearn-digits"
-    source_pattern = "scikit-learn {version} (load_digits, bundled)"
     description = "handwritten digits, 1797 x 64 (8x8), 10 classes"
 
 

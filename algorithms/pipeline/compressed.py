@@ -21,20 +21,17 @@ are applied per message (one micro-batch's boundary tensor), not per row.
 from __future__ import annotations
 
 import os
-from dataclasses import dataclass
 
 import torch
 
-from algorithms.codecs import CodecError
 from harness.config import RunConfig
 from harness.data import get_dataset
 from harness.heldout import evaluate_stages, init_head
 from harness.models import PRESETS, build_stage
-from harness.registry import register
 from harness.seeding import keyed_generator
 
 from .engine import StageLinks, evaluate, run_step
-from .lazy import RULES, LazyData, fresh_schedule
+from .lazy import LazyData, fresh_schedule
 from .links import (
     Channel,
     EFChannel,
@@ -45,82 +42,9 @@ from .links import (
     state_digest,
     state_nbytes,
 )
-from .optim import OPTIMIZERS, lr_factor, make_optimizer, schedule_problem, set_lr
-from .sgd import CUTS, _fits_model, _wire_codec
-
-
-@dataclass(frozen=True)
-class CompressedParams:
-    lr: float = 0.05  # the peak lr under lr_schedule
-    # or "linear": decayed to 0 over the run (Clapping App. I.3.2); "warmup-linear": Protocol
-    # Models §8.1, for its baselines (algorithms/pipeline/optim.py lr_factor)
-    lr_schedule: str = "constant"
-    warmup: float = 0.02  # warm-up fraction of the steps under warmup-linear
-    optimizer: str = "sgd"  # sgd (torch, `momentum`), ema (paper eq. 3, `m`), paper-adam, adamw
-    momentum: float = 0.0
-    m: float = 0.1
-    beta1: float = 0.1  # paper convention: weight of the new term
-    beta2: float = 0.001
-    eps: float = 1e-8
-    weight_decay: float = 0.0
-    cut: str = "block"
-    fwd: str = "topk:ratio=0.1"  # codec on activations
-    bwd: str = "topk:ratio=0.1"  # codec on activation gradients
-    dataset_size: int = 0  # 0: the data stream; N: a finite set of N samples, multi-epoch
-    eval_batches: int = 0  # uncompressed validation batches after training (val_loss, val_accuracy)
-    eval_every: int = 0  # also validate every this many steps (unmetered; history val_loss)
-    clip_grad: float = 0.0  # > 0: clip each stage's gradient norm to this before the update (no communication)
-    weights: str = ""  # a local save_pretrained directory every stage starts from ("": seeded init)
-    log_state_digests: bool = False  # log a digest of every EF state replica after every step
-
-    def __post_init__(self):
-        def need(cond, msg):
-            if not cond:
-                raise ValueError(msg)
-
-        need(self.lr > 0, f"lr must be > 0, got {self.lr}")
-        bad = schedule_problem(self.lr_schedule, self.warmup)
-        need(bad is None, bad)
-        need(self.optimizer in OPTIMIZERS, f"optimizer must be one of {', '.join(OPTIMIZERS)}, got {self.optimizer!r}")
-        need(0 <= self.momentum < 1, f"momentum must be in [0, 1), got {self.momentum}")
-        need(0 < self.m <= 1, f"m must be in (0, 1], got {self.m}")
-        need(0 < self.beta1 <= 1 and 0 < self.beta2 <= 1, "beta1 and beta2 must be in (0, 1]")
-        need(self.eps > 0, f"eps must be > 0, got {self.eps}")
-        need(self.cut in CUTS, f"cut must be one of {', '.join(CUTS)}, got {self.cut!r}")
-        need(self.dataset_size >= 0, f"dataset_size must be >= 0, got {self.dataset_size}")
-        need(self.eval_batches >= 0, f"eval_batches must be >= 0, got {self.eval_batches}")
-        need(self.clip_grad >= 0, f"clip_grad must be >= 0, got {self.clip_grad}")
-        need(self.eval_every >= 0, f"eval_every must be >= 0, got {self.eval_every}")
-        need(not self.eval_every or self.eval_batches, "eval_every needs eval_batches >= 1")
-        for name in ("fwd", "bwd"):
-            try:
-                make_link_codec(getattr(self, name))
-            except CodecError as e:
-                raise ValueError(f"{name}: {e}") from None
-
-
-@dataclass(frozen=True)
-class ClappingParams(CompressedParams):
-    p: float = 0.5  # lazy-sampling probability of a fresh draw
-    rule: str = "batch"  # batch-wise or sample-wise lazy sampling
-
-    def __post_init__(self):
-        super().__post_init__()
-        if not 0 < self.p <= 1:
-            raise ValueError(f"p must be in (0, 1], got {self.p}")
-        if self.rule not in RULES:
-            raise ValueError(f"rule must be one of {', '.join(RULES)}, got {self.rule!r}")
-
-
-@dataclass(frozen=True)
-class AQParams(CompressedParams):
-    dataset_size: int = 64
-    raw_first_visit: bool = False  # send a sample's first visit uncompressed (original AQ-SGD)
-
-    def __post_init__(self):
-        super().__post_init__()
-        if self.dataset_size < 1:
-            raise ValueError("aq-sgd needs a finite dataset: dataset_size must be >= 1")
+from .optim import lr_factor, make_optimizer, set_lr
+from .params import AQParams, ClappingParams, CompressedParams  # noqa: F401  (re-exported)
+from .sgd import _fits_model, _wire_codec
 
 
 # --------------------------------------------------------------------------- shapes and checks
@@ -157,7 +81,7 @@ def _aq_memory(cfg: RunConfig) -> str | None:
     return None
 
 
-def _check(cfg: RunConfig) -> str | None:
+def check(cfg: RunConfig) -> str | None:
     msg = _fits_model(cfg)
     if msg or cfg.model not in PRESETS:
         return msg
@@ -272,31 +196,18 @@ def _evaluate(ctx, stage, batches: int, at_step: int | None = None) -> None:
             ctx.log(val_loss=loss, val_accuracy=acc, val_step=at_step)
 
 
-_COMMON = dict(family="pipeline", min_world=2, check=_check, paper="clapping")
-
-
-@register("direct-compress", params=CompressedParams, **_COMMON,
-          summary="pipeline SGD with activations and activation gradients compressed directly, C(y), C(v)")
 def direct_compress(ctx):
     return _train(ctx)
 
 
-@register("aq-sgd", params=AQParams, **_COMMON,
-          summary="AQ-SGD: per-sample error feedback on activations (buffers on both link ends), "
-                  "directly compressed gradients")
 def aq_sgd(ctx):
     return _train(ctx)
 
 
-@register("clapping-fc", params=ClappingParams, **_COMMON,
-          summary="Clapping-FC: lazy sampling + error feedback both ways, one state per link end; "
-                  "every message compressed (p = 1 is EF21)")
 def clapping_fc(ctx):
     return _train(ctx)
 
 
-@register("clapping-fu", params=ClappingParams, **_COMMON,
-          summary="Clapping-FU: as FC, but a fresh sample's first step is sent uncompressed and resets the states")
 def clapping_fu(ctx):
     return _train(ctx)
 

@@ -8,40 +8,16 @@ seed they reach the same ``params_sha256`` on every backend.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-
 import torch
 
 from algorithms.codecs import make_codec
 from harness.config import RunConfig
 from harness.heldout import evaluate_stages, init_head
 from harness.models import PRESETS, build_model, build_stage, max_stages, save_weights
-from harness.registry import register
 
 from .engine import LinkCodecs, pipeline_step
 from .local import batch, micro_batch_problem, train_local
-
-CUTS = ("block", "ffn_act")
-
-
-@dataclass(frozen=True)
-class SGDParams:
-    lr: float = 0.05
-    momentum: float = 0.0
-    cut: str = "block"  # where stages are cut: between blocks, or after a block's FFN activation
-    optimizer: str = "sgd"  # or "adamw" (torch's betas and eps, no weight decay): e.g. to pre-train a checkpoint
-    weights: str = ""  # a local save_pretrained directory to start from ("": seeded init)
-    save_weights: str = ""  # fo-sgd: write the trained model there (save_pretrained), e.g. to fine-tune from
-
-    def __post_init__(self):
-        if not self.lr > 0:
-            raise ValueError(f"lr must be > 0, got {self.lr}")
-        if not 0 <= self.momentum < 1:
-            raise ValueError(f"momentum must be in [0, 1), got {self.momentum}")
-        if self.optimizer not in ("sgd", "adamw"):
-            raise ValueError(f"optimizer must be sgd or adamw, got {self.optimizer!r}")
-        if self.cut not in CUTS:
-            raise ValueError(f"cut must be one of {', '.join(CUTS)}, got {self.cut!r}")
+from .params import CUTS, SGDParams  # noqa: F401  (re-exported)
 
 
 def _optimizer(params, p: SGDParams) -> torch.optim.Optimizer:
@@ -85,8 +61,6 @@ def _fits_model(cfg: RunConfig) -> str | None:
     return None
 
 
-@register("fo-sgd", family="pipeline", params=SGDParams, max_world=1, check=micro_batch_problem,
-          summary="first-order SGD on the unsplit model in one process (the reference)")
 def fo_sgd(ctx):
     cfg, p = ctx.cfg, ctx.params
     model = build_model(cfg.model, seed=cfg.seed, dtype=ctx.dtype, weights=p.weights or None,
@@ -97,14 +71,12 @@ def fo_sgd(ctx):
     return ctx.finish(enumerate(model.parameters()))
 
 
-def _pipeline_fits(cfg: RunConfig) -> str | None:
+def pipeline_fits(cfg: RunConfig) -> str | None:
     if cfg.params.save_weights:
         return "save_weights is written by fo-sgd (the unsplit model); pipeline-sgd cannot save"
     return _fits_model(cfg)
 
 
-@register("pipeline-sgd", family="pipeline", params=SGDParams, min_world=2, check=_pipeline_fits,
-          summary="first-order pipeline SGD, one stage per rank, uncompressed activations and gradients")
 def pipeline_sgd(ctx):
     cfg, p = ctx.cfg, ctx.params
     stage = build_stage(cfg.model, seed=cfg.seed, num_stages=ctx.world_size, stage_index=ctx.rank,

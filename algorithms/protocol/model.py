@@ -25,9 +25,8 @@ from torch import nn
 
 from harness.models import FAMILY_SPECS, PRESETS, FamilySpec, default_boundaries
 
+from .params import WP2_OPTIMIZERS  # noqa: E402,F401  (re-exported)
 from .subspace import SubspaceAdamW, Wire, off_subspace, project_
-
-WP2_OPTIMIZERS = ("rowconst_adamw", "adamw")
 
 
 def residual_problem(model: str) -> str | None:

@@ -24,8 +24,6 @@ full-width input gradient, takes a Grassmann step, broadcasts the new ``U``
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-
 import torch
 
 from algorithms.codecs import make_codec
@@ -33,71 +31,17 @@ from algorithms.codecs.channel import Channel
 from algorithms.codecs.ids import id_nbytes
 from algorithms.pipeline.engine import Arrival, Boundary, LinkCodecs, StageLinks, run_step
 from algorithms.pipeline.local import batch, micro_batch_problem, train_local
-from algorithms.pipeline.optim import lr_factor, schedule_problem, set_lr
+from algorithms.pipeline.optim import lr_factor, set_lr
 from harness.config import RunConfig
 from harness.models import PRESETS, build_model, build_stage, family_spec, max_stages
-from harness.registry import register
 
-from .model import WP2_OPTIMIZERS, ConstrainedModel, first_free_block, residual_problem
+from .model import ConstrainedModel, first_free_block, residual_problem
+from .params import WIRES, CentralParams, ProtocolParams  # noqa: F401  (re-exported)
 from .subspace import SubspaceAdamW, Wire, fixed_table, grassmann_step, make_basis
-
-WIRES = ("auto", "fp64", "fp32", "bf16", "fp16")
-
-
-@dataclass(frozen=True)
-class ProtocolParams:
-    k: int = 8  # subspace dimension (compression d / k)
-    lr: float = 1e-3  # the peak lr under lr_schedule
-    lr_schedule: str = "constant"  # or "warmup-linear" (paper §8.1: warm-up, then linear decay)
-    warmup: float = 0.02  # warm-up fraction of the steps (spec G16; the paper gives no length)
-    beta1: float = 0.9  # torch convention (weight of the old moment)
-    beta2: float = 0.95
-    eps: float = 1e-8
-    weight_decay: float = 0.01
-    wp2_optimizer: str = "rowconst_adamw"  # or "adamw" (+ projection, as node0)
-    grassmann_every: int = 0  # N: a Grassmann subspace update every N steps (0: fixed subspace)
-    grassmann_eta: float = 0.25  # η0; the step is η0 / λmax(S)
-    # The paper (§4.3.1) asks only for a frozen high-rank table; both reference code bases draw it
-    # N(0, 1) (spec §2.3, §2.9 step 2: σ_fix = 1).  A small std leaves the token identity outside S
-    # faint, so the trainable T_S, confined to the k dims of S, must carry it (cf. Fig. 15).
-    fixed_std: float = 1.0  # std of the frozen T_fixed and PE_fixed tables: N(0, 1) (spec §2.3, §2.9)
-    basis_seed: int = 0  # U = QR(N(0,1)) from (seed, basis_seed)
-    wire: str = "auto"  # transmit dtype of C; auto: the run dtype (lossless)
-
-    def __post_init__(self):
-        def need(cond, msg):
-            if not cond:
-                raise ValueError(msg)
-
-        need(isinstance(self.k, int) and self.k >= 1, f"k must be an int >= 1, got {self.k!r}")
-        need(self.lr > 0, f"lr must be > 0, got {self.lr}")
-        bad = schedule_problem(self.lr_schedule, self.warmup)
-        need(bad is None, bad)
-        need(0 <= self.beta1 < 1 and 0 <= self.beta2 < 1, "beta1 and beta2 must be in [0, 1)")
-        need(self.eps > 0, f"eps must be > 0, got {self.eps}")
-        need(self.weight_decay >= 0, f"weight_decay must be >= 0, got {self.weight_decay}")
-        need(self.wp2_optimizer in WP2_OPTIMIZERS,
-             f"wp2_optimizer must be one of {', '.join(WP2_OPTIMIZERS)}, got {self.wp2_optimizer!r}")
-        need(self.grassmann_every >= 0, f"grassmann_every must be >= 0, got {self.grassmann_every}")
-        need(self.grassmann_eta > 0, f"grassmann_eta must be > 0, got {self.grassmann_eta}")
-        need(self.fixed_std >= 0, f"fixed_std must be >= 0, got {self.fixed_std}")
-        need(self.basis_seed >= 0, f"basis_seed must be >= 0, got {self.basis_seed}")
-        need(self.wire in WIRES, f"wire must be one of {', '.join(WIRES)}, got {self.wire!r}")
-
-
-@dataclass(frozen=True)
-class CentralParams(ProtocolParams):
-    stages: int = 2  # constrain the blocks that a split into this many stages puts before the last
-    constrained: bool = True  # False: the plain (unconstrained) model with the same AdamW
-
-    def __post_init__(self):
-        super().__post_init__()
-        if self.stages < 2:
-            raise ValueError(f"stages must be >= 2, got {self.stages}")
 
 
 # --------------------------------------------------------------------------- set-up
-def _check(cfg: RunConfig) -> str | None:
+def check(cfg: RunConfig) -> str | None:
     msg = micro_batch_problem(cfg) or residual_problem(cfg.model)
     if msg:
         return msg
@@ -229,10 +173,6 @@ def _report(ctx, wire: Wire, model: ConstrainedModel, U0: torch.Tensor, updates:
 
 
 # --------------------------------------------------------------------------- the algorithms
-@register("protocol", family="protocol", params=ProtocolParams, min_world=2, check=_check,
-          paper="protocol",
-          summary="Protocol Models: subspace-constrained pipeline, lossless k-dim activations + token ids "
-                  "forward and k-dim gradients backward, row-mean AdamW, Grassmann subspace updates")
 def protocol(ctx):
     cfg, p = ctx.cfg, ctx.params
     S, last = ctx.world_size, ctx.world_size - 1
@@ -264,10 +204,6 @@ def protocol(ctx):
     return ctx.finish((i, t) for i, _, t in stage.global_named_parameters())
 
 
-@register("protocol-central", family="protocol", params=CentralParams, max_world=1, check=_check,
-          paper="protocol",
-          summary="the protocol model unsplit in one process (same constraints, optimiser, Grassmann "
-                  "updates); constrained=false: the plain model with the same AdamW (centralised baseline)")
 def protocol_central(ctx):
     cfg, p = ctx.cfg, ctx.params
     pr = PRESETS[cfg.model]

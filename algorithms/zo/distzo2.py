@@ -34,14 +34,12 @@ import time
 import torch
 
 from harness.heldout import evaluate_params
-from harness.registry import register
-
 from .estimator import evaluations, logged_loss, scalars
 from .mezo import log_scalars
 from .perturb import step_seeds
 from .phases import PHASES
 from .throughput import model_extras
-from .zo2 import ZO2Params, build_engine
+from .zo2 import build_engine
 
 
 def layout(rank: int, pair: int) -> tuple[int, int]:
@@ -149,20 +147,20 @@ def train(ctx, *, groups: int, pair: int):
 
 
 # --------------------------------------------------------------------------- fit rules
-def _pertp_check(cfg):
+def pertp_check(cfg):
     if cfg.params.difference != "central":
         return "PertP splits the +mu and -mu evaluations between its 2 ranks: needs difference=central"
     return None
 
 
-def _ddp_check(cfg):
+def ddp_check(cfg):
     K = cfg.world_size
     if not cfg.params.same_batch and cfg.batch_size % K:
         return f"batch_size {cfg.batch_size} does not split into {K} equal shards (one per rank)"
     return None
 
 
-def _2d_check(cfg):
+def check_2d(cfg):
     w = cfg.world_size
     if w % 2:
         return f"2D parallelism needs an n_b x 2 mesh (PertP pairs): world size must be even, got {w}"
@@ -173,27 +171,17 @@ def _2d_check(cfg):
     return None
 
 
-@register("zo2", family="zo", params=ZO2Params, max_world=1, paper="DistZO2 (ZO2 baseline)",
-          summary="MeZO with blocks offloaded to host memory: 3-stage upload/compute/offload "
-                  "schedule, update deferred into the next forward, flushed at the end")
 def zo2(ctx):
     return train(ctx, groups=1, pair=1)
 
 
-@register("distzo2-pertp", family="zo", params=ZO2Params, min_world=2, max_world=2, check=_pertp_check,
-          paper="DistZO2", summary="ZO2 + perturbation parallelism: +mu on rank 0, -mu on rank 1, "
-                                   "losses exchanged (one scalar per rank per direction)")
 def distzo2_pertp(ctx):
     return train(ctx, groups=1, pair=2)
 
 
-@register("distzo2-ddp", family="zo", params=ZO2Params, min_world=1, check=_ddp_check, paper="DistZO2",
-          summary="ZO2 + data parallelism: K ranks on their own shards, P float32 scalars all-gathered")
 def distzo2_ddp(ctx):
     return train(ctx, groups=ctx.world_size, pair=1)
 
 
-@register("distzo2-2d", family="zo", params=ZO2Params, min_world=2, check=_2d_check, paper="DistZO2",
-          summary="ZO2 + 2D parallelism: n_b x 2 mesh, PertP pairs inside, DDP across pairs")
 def distzo2_2d(ctx):
     return train(ctx, groups=ctx.world_size // 2, pair=2)

@@ -17,37 +17,11 @@ All P evaluations use the same ``x_t``; the update
 from __future__ import annotations
 
 from collections.abc import Iterator, Sequence
-from dataclasses import dataclass
 
 import torch
 
-from harness.config import ConfigError
-
-from .perturb import MODES, Perturber, as_scalar
-
-DIFFERENCES = ("forward", "central")
-
-
-@dataclass(frozen=True)
-class ZOParams:
-    lr: float = 1e-3
-    mu: float = 1e-3  # perturbation scale
-    perturbations: int = 1  # P: directions per iteration (P scalars per step)
-    difference: str = "forward"  # forward | central
-    mode: str = "exact"  # exact: stash + copy back; inplace: +mu / -mu (MeZO)
-    track_drift: bool = False  # inplace: measure what restore leaves (costs a stash)
-
-    def __post_init__(self):
-        if not self.lr > 0:
-            raise ConfigError(f"lr must be > 0, got {self.lr}")
-        if not self.mu > 0:
-            raise ConfigError(f"mu (the perturbation scale) must be > 0, got {self.mu}")
-        if not isinstance(self.perturbations, int) or self.perturbations < 1:
-            raise ConfigError(f"perturbations (P) must be an int >= 1, got {self.perturbations!r}")
-        if self.difference not in DIFFERENCES:
-            raise ConfigError(f"difference must be one of {', '.join(DIFFERENCES)}, got {self.difference!r}")
-        if self.mode not in MODES:
-            raise ConfigError(f"mode must be one of {', '.join(MODES)}, got {self.mode!r}")
+from .params import DIFFERENCES, ZOParams  # noqa: F401  (re-exported)
+from .perturb import Perturber, as_scalar
 
 
 def evaluations(difference: str, P: int) -> list[tuple[int | None, int]]:

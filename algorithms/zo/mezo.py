@@ -18,9 +18,8 @@ from harness.config import RunConfig
 from harness.data import get_dataset
 from harness.heldout import evaluate_model, init_head
 from harness.models import build_model, lm_loss
-from harness.registry import register
 
-from .estimator import ZOParams, drift_extras, logged_loss, scalars, walk
+from .estimator import drift_extras, logged_loss, scalars, walk
 from .perturb import Perturber, step_seeds, zo_update
 
 
@@ -34,8 +33,6 @@ def log_scalars(ctx, g: Sequence[float]) -> None:
     ctx.log(**{f"g{i}": v for i, v in enumerate(g)})
 
 
-@register("mezo", family="zo", params=ZOParams, max_world=1, paper="SparQ (MeZO baseline)",
-          summary="centralised ZO-SGD (MeZO): seeded perturbations, P scalars per step, no gradients")
 def mezo(ctx):
     cfg, p = ctx.cfg, ctx.params
     model = build_model(cfg.model, seed=cfg.seed, dtype=ctx.dtype, device=ctx.device).eval()

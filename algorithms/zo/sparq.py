@@ -19,74 +19,22 @@ parameters bit for bit (exact mode).  See ``wire`` for what crosses and its size
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-
 import torch
 
 from algorithms.codecs.channel import Channel
-from harness.config import ConfigError, RunConfig
+from harness.config import RunConfig
 from harness.heldout import evaluate_stages, init_head
 from harness.models import PRESETS, build_stage, lm_loss
-from harness.registry import register
 
 from . import wire
-from .estimator import ZOParams, drift_extras, logged_loss, scalars, walk
+from .estimator import drift_extras, logged_loss, scalars, walk
 from .mezo import batch, log_scalars
+from .params import SparQParams  # noqa: F401  (re-exported)
 from .perturb import Perturber, step_seeds, zo_update
 from .split import select_split
 
-LABEL_MODES = ("send", "local")
 
-
-@dataclass(frozen=True)
-class SparQParams(ZOParams):
-    bits: int | None = 4  # activation quantiser bits (1..8); None: lossless (identity)
-    # activation grid: auto = per message, unsigned iff no entry is negative (ReLU); true: the
-    # signed AQ-SGD fixpoint quantiser (seed-sparq §2.7) always; false: unsigned always (wire.py)
-    signed: str = "auto"
-    # what one activation scale covers: tensor (default: the granularity that reproduces SparQ
-    # Fig. 2 / §2.4 on real weights, see wire.GRANULARITY), token, or channel (AQ-SGD's)
-    granularity: str = wire.GRANULARITY
-    format: str = "auto"  # sparse body: auto (cheapest) | dense | bitmap | coo
-    residual: str = "auto"  # residual-stream codec (any dense codec): auto = identity if bits is None else fp16
-    labels: str = "send"  # send: first stage sends them to the last (counted); local: regenerated
-    split: str = "auto"  # ffn_act cut blocks, e.g. "5" or "1,2,3"; auto: choose by measured sparsity
-    split_window: int = 1  # selection: blocks within this distance of the even split
-    calib_batches: int = 2  # selection: validation batches measured
-
-    def __post_init__(self):
-        super().__post_init__()
-        if self.bits is not None and not (isinstance(self.bits, int) and 1 <= self.bits <= 8):
-            raise ConfigError(f"bits must be an int in 1..8 (or none for lossless activations), got {self.bits!r}")
-        if isinstance(self.signed, bool):  # accept a bool from Python callers
-            object.__setattr__(self, "signed", "true" if self.signed else "false")
-        if self.signed not in wire.SIGNED_MODES:
-            raise ConfigError(f"signed must be one of {', '.join(wire.SIGNED_MODES)}, got {self.signed!r}")
-        if self.granularity not in wire.GRANULARITIES:
-            raise ConfigError(f"granularity must be one of {', '.join(wire.GRANULARITIES)}, "
-                              f"got {self.granularity!r}")
-        if self.format not in wire.FORMATS:
-            raise ConfigError(f"format must be one of {', '.join(wire.FORMATS)}, got {self.format!r}")
-        if self.labels not in LABEL_MODES:
-            raise ConfigError(f"labels must be one of {', '.join(LABEL_MODES)}, got {self.labels!r}")
-        if self.split_window < 0 or self.calib_batches < 1:
-            raise ConfigError("split_window must be >= 0 and calib_batches >= 1")
-        if self.split != "auto":
-            try:
-                self.blocks()
-            except ValueError:
-                raise ConfigError(f"split must be 'auto' or comma-separated block indices, got {self.split!r}") from None
-        if self.residual != "auto":
-            from algorithms.codecs import make_codec
-
-            make_codec(self.residual)  # CodecError names the valid codecs
-
-    def blocks(self) -> tuple[int, ...]:
-        """The explicit split blocks (empty for auto)."""
-        return () if self.split == "auto" else tuple(int(b) for b in self.split.split(",") if b.strip())
-
-
-def _fits(cfg: RunConfig) -> str | None:
+def fits(cfg: RunConfig) -> str | None:
     if cfg.model not in PRESETS:
         return None
     n, M, split = PRESETS[cfg.model].num_blocks, cfg.world_size, cfg.params.blocks()
@@ -141,9 +89,6 @@ class Link:
         return self.labels.recv(self.comm, src, "labels", device=device).to(torch.int64)
 
 
-@register("sparq", family="zo", params=SparQParams, min_world=2, check=_fits,
-          paper="SparQ: ZO model parallelism with quantisation-induced sparse activations",
-          summary="ZO model parallelism: quantised sparse FFN-activation splits forward, P scalars back")
 def sparq(ctx):
     cfg, p, comm = ctx.cfg, ctx.params, ctx.comm
     M, rank = ctx.world_size, ctx.rank

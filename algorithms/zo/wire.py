@@ -32,7 +32,8 @@ from algorithms.codecs._core import FAMILY_DENSE, FAMILY_IDS, FAMILY_QCHANNEL
 from algorithms.codecs.ids import id_nbytes
 from algorithms.codecs.quant import GRANULARITIES as QUANT_GRANULARITIES
 
-FORMATS = ("auto", "dense", "bitmap", "coo")
+from .params import FORMATS, GRANULARITY, SIGNED_MODES  # noqa: F401  (re-exported)
+
 # What one activation scale covers.  SparQ does not say (seed-sparq §7 A1); the default is
 # the granularity that reproduces its Fig. 2 / §2.4 on real weights ("nearly all GELU-based
 # activations fall under 5%" at 4 bits, SwiGLU "below 20%"): one absmax scale per tensor.
@@ -41,7 +42,6 @@ FORMATS = ("auto", "dense", "bitmap", "coo")
 # per token and per channel (AQ-SGD's) do not, and clipped scales (a percentile or k rms
 # of |x|) only add non-zeros.  No candidate also has Table 1's bytes growing in proportion
 # to the bits; that experiment's bytes-per-bit table shows why.
-GRANULARITY = "tensor"
 GRANULARITIES = QUANT_GRANULARITIES  # what SparQParams.granularity accepts: the codec's
 # The activation quantiser's grid.  auto (the default): per message, unsigned levels
 # when the activation has no negative entry, signed otherwise.  A split sits right
@@ -52,7 +52,6 @@ GRANULARITIES = QUANT_GRANULARITIES  # what SparQParams.granularity accepts: the
 # per message from the tensor itself needs no table of model families, and the
 # choice travels in the qchannel header's signed flag, so the receiver needs no
 # side information.  true / false force one grid (false clips negatives to 0).
-SIGNED_MODES = ("auto", "true", "false")
 
 
 def signed_option(signed: str | bool | None) -> bool | None:

@@ -34,31 +34,17 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
 
 import torch
 from torch import Tensor
 
-from harness.config import ConfigError
 from harness.models import build_model, lm_loss, split_model
 
-from .estimator import ZOParams, evaluations, walk
+from .estimator import evaluations, walk
 from .offload import BlockOffloader, ScheduleLog
+from .params import ZO2Params, ZOParams  # noqa: F401  (re-exported)
 from .perturb import Perturber, zo_update
 from .phases import PhaseClock
-
-
-@dataclass(frozen=True)
-class ZO2Params(ZOParams):
-    difference: str = "central"  # the paper's estimator (Eq. 1)
-    budget: int = 3  # device slots for blocks: offloading i-1, computing i, uploading i+1
-    sliced: bool = False  # DistZO2 paper §6.1: host slice per rank + all-gather of the rest
-    same_batch: bool = False  # DDP / 2D: every group reads the whole batch (equivalence checks)
-
-    def __post_init__(self):
-        super().__post_init__()
-        if not isinstance(self.budget, int) or self.budget < 1:
-            raise ConfigError(f"budget (resident blocks) must be an int >= 1, got {self.budget!r}")
 
 
 class ZO2Engine:

@@ -11,27 +11,18 @@ it is built).  Supporting experiments (the harness reference, scaling, codec
 sizes) run by name.
 """
 
-from .claims import Claim, claim, claims_table
-from .registry import (
-    EXPERIMENTS,
-    MODULES,
-    ORDER,
-    SUPPORTING,
-    Experiment,
-    all_experiments,
-    experiment,
-    get_experiment,
-)
-from .runner import (
-    ALL_BUDGET_S,
-    check_paper_tables,
-    has_paper_column,
-    run_and_save,
-    run_experiments,
-)
+from harness.lazy import exports
 
-__all__ = [
-    "ALL_BUDGET_S", "EXPERIMENTS", "MODULES", "ORDER", "SUPPORTING", "Claim", "Experiment", "all_experiments",
-    "check_paper_tables", "claim", "claims_table", "experiment", "get_experiment", "has_paper_column",
-    "run_and_save", "run_experiments",
-]
+# Names re-exported from the submodules, imported on first use: ``commbench list`` reads
+# ``registry`` (torch-free) without loading the claims and runner (which import torch).
+_EXPORTS = {
+    "Claim": "claims", "claim": "claims", "claims_table": "claims",
+    "EXPERIMENTS": "registry", "MODULES": "registry", "ORDER": "registry", "SUPPORTING": "registry",
+    "Experiment": "registry", "all_experiments": "registry", "experiment": "registry",
+    "get_experiment": "registry",
+    "ALL_BUDGET_S": "runner", "check_paper_tables": "runner", "has_paper_column": "runner",
+    "run_and_save": "runner", "run_experiments": "runner",
+}
+__all__ = sorted(_EXPORTS)
+
+__getattr__ = exports(__name__, _EXPORTS)

@@ -51,8 +51,7 @@ def paper_numbers() -> tuple[dict, dict]:
 _RATIO = f"ratio of median step times {CI95} resampling the steps of both runs"
 
 
-@experiment("bandwidth", "time per step vs shaped bandwidth (10 Mbit/s - 10 Gbit/s) for the uncompressed, "
-                         "Clapping and Protocol pipelines, with payload bytes (and kernel wire bytes as root)")
+@experiment("bandwidth")
 def bandwidth_sweep(scale: str, out_dir: Path, quiet: bool) -> list[Table]:
     model, steps, seq = ("tiny-llama", 5, 256) if scale == "tiny" else ("small-llama", 10, 256)
     cols = [Column("method", "method"), Column("bandwidth", "bandwidth"),

@@ -72,13 +72,20 @@ class Verdict:
         return outcome_of(self.holds, self.precondition)
 
 
+def paper_name(key: str) -> str:
+    """The name a table shows for a paper key (a key outside PAPERS, e.g. a check's, as it is)."""
+    from harness.registry import PAPERS
+
+    return PAPERS.get(key, key)
+
+
 @dataclass(frozen=True)
 class Claim:
     """One headline claim: the paper's sentence, where it is stated, the criterion applied, the
     paper's value and ours in the same unit, and the outcome."""
 
     id: str  # stable across commits (``commbench compare`` matches rows by it), e.g. "sparq.comm-vs-zo"
-    paper: str
+    paper: str  # the paper's key (harness.registry.PAPERS); tables and claims.json show its name
     quote: str  # the paper's sentence, short
     source: str  # the table / section the sentence is stated for
     criterion: str  # the test ours must pass, printed in the row
@@ -224,7 +231,7 @@ def claims_table(claims: list[Claim]) -> Table:
                  Column("source", "stated for"), Column("criterion", "criterion"),
                  Column("paper_value", "paper"), Column("ours", "ours"), Column("outcome", "outcome"),
                  Column("how", "how measured / why not measurable")],
-        rows=[dict(id=c.id, paper=c.paper, quote=c.quote, source=c.source, criterion=c.criterion,
+        rows=[dict(id=c.id, paper=paper_name(c.paper), quote=c.quote, source=c.source, criterion=c.criterion,
                    paper_value=c.paper_value, ours=c.ours, outcome=c.outcome, how=c.how) for c in claims],
         caption="each claim measured at the paper's hyper-parameters, scaled only in model size and steps "
                 "(2 CPU cores, random-weight models of the papers' shapes, byte-level text); 'not "
@@ -245,7 +252,7 @@ def claims_json(claims: list[Claim], header: str = "") -> str:
 def _row(c: Claim) -> ClaimRow:
     pre = c.precondition
     return ClaimRow(
-        id=c.id, paper=c.paper, quote=c.quote, source=c.source, criterion=c.criterion,
+        id=c.id, paper=paper_name(c.paper), quote=c.quote, source=c.source, criterion=c.criterion,
         outcome=c.outcome, ours=c.ours, value=_num(c.value),
         interval=None if c.interval is None else (_num(c.interval.lo), _num(c.interval.hi)),
         threshold=_num(c.threshold), paper_value=c.paper_value, how=c.how,

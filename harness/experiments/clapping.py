@@ -138,9 +138,7 @@ def setting_line(common: dict, scale: str) -> str:
             f"(paper one run)")
 
 
-@experiment("clapping", "Clapping vs no compression, direct compression, AQ-SGD and EF21 (fine-tuning a "
-            "pre-trained mini LM), EF memory vs dataset size, the paper's memory table, and the "
-            "logistic-regression toy")
+@experiment("clapping")
 def clapping(scale: str, out_dir: Path, quiet: bool) -> list[Table]:
     run_dir = out_dir / "clapping" / "runs"
     common, runs = _runs(scale)
@@ -311,7 +309,7 @@ def _claims(lm: dict, rows: list[dict], common: dict, toy_rows: list[dict], toy_
         pre = V.both(ref, V.finite({best: loss[best], base: loss[base]}))
         v = V.beats(loss[best], loss[base], pre)
         da = mean_interval([f - b for f, b in zip(acc[best], acc[base], strict=True)])[0]
-        claim(f"clapping.fc-beats-{_slug(key)}", "Clapping", f"{QUOTE} (vs {key})", TABLE3,
+        claim(f"clapping.fc-beats-{_slug(key)}", "clapping", f"{QUOTE} (vs {key})", TABLE3,
               f"{key} val loss - best FC val loss > 0 nats/token (95 % interval above 0)",
               f"accuracy {paper_fc - paper[key]:+.4f} (LLaMA-2 7B; Table 3 reports no loss)",
               f"{v.value:+.4f} [{v.lo:+.4f}, {v.hi:+.4f}] nats/token (accuracy {da:+.4f})", v.holds,
@@ -320,7 +318,7 @@ def _claims(lm: dict, rows: list[dict], common: dict, toy_rows: list[dict], toy_
     v = V.gap(loss[best], loss["no compression"], pre)
     row = {r["setting"]: r for r in rows}
     saved = 1 - (row[best].get("bytes_ratio") or math.nan)
-    claim("clapping.fc-gap-under-half-percent", "Clapping",
+    claim("clapping.fc-gap-under-half-percent", "clapping",
           "\"Clapping-FC achieves 95% communication saving with less than 0.5% error\"", TABLE3,
           f"relative val-loss gap of best FC to no compression < {V.GAP_PCT:g} % (95 % interval below it); the "
           "paper's 'error' is its accuracy gap, decided here on the validation loss",
@@ -332,7 +330,7 @@ def _claims(lm: dict, rows: list[dict], common: dict, toy_rows: list[dict], toy_
     final = {r["variant"]: r for r in toy_rows}
     pre = V.toy_reference_converges(final["none"]["gap3"], final["none"]["gap4"])
     v = V.direct_fails(final["direct"]["gap4"], final["fc"]["gap4"], pre)
-    claim("clapping.direct-fails-fig5", "Clapping",
+    claim("clapping.direct-fails-fig5", "clapping",
           "Fig. 5: compression without EF \"fails to converge as the step decays\"; FC converges",
           "Fig. 5 (logistic regression, E = 2; curves only)", "direct's final optimality gap / FC's > 1",
           "> 1 (direct plateaus)", v.value, v.holds,

@@ -46,8 +46,7 @@ def measure(spec: str, x: torch.Tensor, seed: int = 0) -> dict:
 
 
 # Not a paper's table (no paper column), so not part of ``reproduce all``.
-@experiment("codecs", "payload bytes of every codec (serialized, measured) beside its declared floor, "
-            "dense and ReLU'd float32 tensors of 1k-256k elements", paper=False)
+@experiment("codecs")
 def codecs_experiment(scale: str, out_dir: Path, quiet: bool) -> list[Table]:
     rows = []
     for spec in codec_specs():

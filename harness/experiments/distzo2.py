@@ -309,7 +309,7 @@ def _claims(t: Table, setting: str) -> None:
         bound = row["bound"]
         v = speedup_verdict(row["speedup_cpu"], criterion, bound, row["control"], int(row.get("world", 2)))
         wall = row["speedup"]
-        timed_claim(f"distzo2.{label.lower()}-speedup", "DistZO2", f'"{CLAIMS[label]}"', "Table 1 (tokens/s over ZO2, OPT models on H20s)",
+        timed_claim(f"distzo2.{label.lower()}-speedup", "distzo2", f'"{CLAIMS[label]}"', "Table 1 (tokens/s over ZO2, OPT models on H20s)",
                     f"{label} speed-up over ZO2 on 2 ranks >= {criterion}x in CPU time per step (the paper's "
                     "smallest Table 1 ratio)",
                     f"{paper_all['OPT-175B'][label]:.2f}x (OPT-175B; {min(ratios):.2f}-{max(ratios):.2f}x over "
@@ -332,8 +332,7 @@ def setting_line(model: str, seq: int, steps: int, repeats: int) -> str:
 MODEL_WORDS = {"small-opt": "6 blocks x 256, vocab 256", "tiny-opt": "4 blocks x 32, vocab 256"}
 
 
-@experiment("distzo2", "DistZO2 Table 1 shape: ZO2 vs PertP vs DDP vs 2D speed-ups with their spread, the "
-                       "speed-up this machine can reach from the phase breakdown, bytes per step (gloo ranks)")
+@experiment("distzo2")
 def reproduce_distzo2(scale: str, out_dir: Path, quiet: bool) -> list[Table]:
     # sequence 512: at 128 the replicated work (z generation, update) was ~29 % of a ZO2 step and
     # capped PertP at ~1.55x, below the paper's 1.84x; the forward grows with the sequence, R does not

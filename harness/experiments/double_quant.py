@@ -480,8 +480,7 @@ def meter_check(cfg: dict) -> list[str]:
             f"{metered:.0f} B, master-accounted {accounted:.0f} B ({'equal' if metered == accounted else 'DIFFER'})"]
 
 
-@experiment("double-quant", "AsyLPG / Sparse-AsyLPG / Acc-AsyLPG vs AsyFPG, Acc-AsyFPG, QSVRG, QSGD: "
-            "bits to a loss threshold (Table 1) and the mu / b_x study")
+@experiment("double-quant")
 def double_quant(scale: str, out_dir: Path, quiet: bool) -> list[Table]:
     cfg = settings(scale)
     prob = make_problem(cfg["problem"], l1=cfg["l1"], l2=cfg["l2"], dtype=torch.float32)
@@ -554,5 +553,5 @@ def _claims(reaches: dict, cfg: dict, reason: str = "") -> None:
 
 
 def _record(id: str, quote: str, crit: str, paper_value: str, v: Verdict, how: str) -> None:
-    claim(id, "double quantisation", quote, SOURCE, crit, paper_value, v.ours, v.holds, how,
+    claim(id, "double-quant", quote, SOURCE, crit, paper_value, v.ours, v.holds, how,
           precondition=v.precondition, value=v.value)

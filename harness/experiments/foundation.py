@@ -15,8 +15,7 @@ from .registry import experiment
 from .runner import run_and_save
 
 
-@experiment("foundation", "reference FO runs: fo-sgd vs pipeline-sgd on threads and gloo "
-            "(equivalence, bytes vs closed form, memory, speed)", paper=False)
+@experiment("foundation")
 def foundation(scale: str, out_dir: Path, quiet: bool) -> list[Table]:
     model, steps, seq = ("tiny-opt", 30, 64) if scale == "tiny" else ("small-opt", 30, 128)
     common = dict(model=model, data="wiki-en", steps=steps, seed=0, batch_size=8, seq_len=seq,

@@ -129,9 +129,7 @@ def setting_line(s: dict, d: int, k_tp: int, rate: str | None) -> str:
             f"wire (paper: unstated); {link}; no Grassmann updates (paper: every 500 steps)")
 
 
-@experiment("protocol", "Protocol Models: subspace pipeline vs centralised, uncompressed and lossy "
-            "(Top-K, quantised) pipelines; loss vs tokens / wall time; throughput on a similarity-scaled "
-            "link; bytes per token; memory vs sequence length")
+@experiment("protocol")
 def protocol_experiment(scale: str, out_dir: Path, quiet: bool) -> list[Table]:
     s = _setup(scale)
     model, d = s["model"], PRESETS[s["model"]].d_model
@@ -385,7 +383,7 @@ def _claims(recs: dict, reps: dict, s: dict, d: int, k_tp: int, net: dict, load:
         how += (f"; interval covers {NO_DEGRADATION:g}; " + (
             f"training-loss bands apart from step {at} of {steps}" if at else
             f"training-loss bands still overlap at step {steps}: needs more than {steps} steps at this scale"))
-    claim("protocol.no-degradation-99pct", "Protocol Models",
+    claim("protocol.no-degradation-99pct", "protocol",
           "\"enabling up to 99% compression with no convergence degradation\"",
           "abstract; Table 1 (WikiText perplexity after 12 h)",
           f"perplexity / centralised <= {NO_DEGRADATION:g} (95 % interval)", "0.997 (23.01 / 23.08)",
@@ -397,7 +395,7 @@ def _claims(recs: dict, reps: dict, s: dict, d: int, k_tp: int, net: dict, load:
     slowdown = ratio_of_medians([times[net["unc"]]], [times[net["central"]]])
     _, _, pre = throughput_verdict(ratio, slowdown, load, cores)
     shaper = "netns + tc tbf" if net["path"] == "netns" else "user-space pacer"
-    timed_claim("protocol.throughput-80mbit", "Protocol Models",
+    timed_claim("protocol.throughput-80mbit", "protocol",
                 "80 Mbit/s links \"matching the convergence of centralized datacenter systems with 100Gbps\" "
                 "(throughput)", "Table 1 (TPS 592.41 vs 602.57; uncertain reading); §8.5 (uncompressed 13x slower)",
                 f"tokens/s, protocol k = {k_tp} on the shaped link / centralised >= {THROUGHPUT:g}", "0.983",

@@ -55,7 +55,7 @@ def timed_columns_without_spread(table: Table) -> list[str]:
 
 
 def check_time_spread(exp: Experiment, tables: list[Table]) -> None:
-    """Every time an experiment's table shows carries its interval over repeats (issue 14)."""
+    """Every time an experiment's table shows carries its interval over repeats."""
     for t in tables:
         bare = timed_columns_without_spread(t)
         if bare:

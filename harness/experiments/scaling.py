@@ -238,9 +238,7 @@ def plot(rows: list[dict], path: Path) -> str | None:
     return str(path)
 
 
-@experiment("scaling", "payload bytes, messages, peak memory and step time vs model size and world size "
-                       "for each family (pipeline, ZO, DistZO2, protocol, double-quant), with growth factors",
-            paper=False)
+@experiment("scaling")
 def scaling(scale: str, out_dir: Path, quiet: bool) -> list[Table]:
     rows = rows_for(measure(plan(scale), out_dir / "scaling" / "runs", quiet))
     tables = tables_for(rows, scale)

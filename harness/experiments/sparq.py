@@ -248,9 +248,7 @@ METHOD_COLUMNS = [
 ]
 
 
-@experiment("sparq", "SparQ Tables 1-2 shape: bits vs sparsity and bytes (tiny ReLU/GELU/SwiGLU); "
-            "FO pipeline vs AQ-SGD vs MeZO vs ZO pipeline vs SparQ peak tensor memory and bytes "
-            "(tiny-opt, small-opt; batch 32, P = 5)")
+@experiment("sparq")
 def reproduce_sparq(scale: str, out_dir: Path, quiet: bool) -> list[Table]:
     run_dir = out_dir / "sparq" / "runs"
     steps, batch, seq = (10, 8, 32) if scale == "tiny" else (30, 8, 64)
@@ -450,7 +448,7 @@ def comm_claims(recs: dict, s: Table2Setting, paper: dict, src: str, where: str)
     v = V.comm_vs_zo_pipeline(comm["sq"], comm["zo"], _m(sq, "act_nnz_ratio"), kind, s.bits,
                               paper["comm_sparq_vs_zo_mean"])
     out = [claim(
-        "sparq.comm-vs-zo-pipeline", "SparQ",
+        "sparq.comm-vs-zo-pipeline", "sparq",
         "\"consistently achieving the lowest communication cost across all model scales\" (its SparQ / "
         "ZO-SGD cells: the same ZO iterations, so their step counts cancel)", src,
         f"SparQ payload / uncompressed ZO pipeline payload per step <= {paper['comm_sparq_vs_zo_mean']:.3f} "
@@ -472,7 +470,7 @@ def comm_claims(recs: dict, s: Table2Setting, paper: dict, src: str, where: str)
                  else f"AQ-SGD / FO pipeline per step over {s.aq_epochs} epochs of {s.aq_samples} samples, first "
                       f"visits raw: {aq_ratio(recs):.3f} against the paper's {paper['comm_aq_vs_fo_median']:.2f}")
         out.append(claim(
-            f"sparq.comm-saving-vs-{base}", "SparQ", f"{quote} (vs {label})", src,
+            f"sparq.comm-saving-vs-{base}", "sparq", f"{quote} (vs {label})", src,
             f"communication saved vs {label} > {thr:.0%} ({whole})",
             f"{paper[mean_key]:.1%} mean [{row125:.1%}]", f"{v.value:.1%} per step", v.holds,
             f"{whole}: SparQ {comm['sq']:,.0f} B vs {label} {comm[base]:,.0f} B per step; {extra}; "
@@ -504,7 +502,7 @@ def memory_claims(recs: dict, s: Table2Setting, train: TrainSet, paper: dict, op
     per_node = (f"the per-node maximum would give {1 - sq_max / fo_max:.1%} ({fo_max / sq_max:.2f}x); "
                 if v.value is not None else "")
     out = [claim(
-        "sparq.memory-saving-vs-fo", "SparQ", mem_quote, src, mem_criterion,
+        "sparq.memory-saving-vs-fo", "sparq", mem_quote, src, mem_criterion,
         f"{paper['mem_saving_vs_fo_min']:.0%} to {paper['mem_saving_vs_fo_max']:.0%} [50 %: {fo125:.1f}x]",
         "—" if v.value is None else f"{v.value:.1%} ({fo_sum / sq_sum:.2f}x)", v.holds,
         f"peak tensor bytes summed over the ranks (SparQ Table 2's caption: \"total peak memory usage on "
@@ -524,7 +522,7 @@ def memory_claims(recs: dict, s: Table2Setting, train: TrainSet, paper: dict, op
         alt = (f"at SST-2's N = {SST2_TRAIN:,}: {at_sst2:.2f}x; with the per-node maximum instead of the "
                f"sum: {r_max:.2f}x; ")
     out.append(claim(
-        "sparq.memory-vs-aq", "SparQ", aq_quote, src + "; abstract, §7", aq_criterion,
+        "sparq.memory-vs-aq", "sparq", aq_quote, src + "; abstract, §7", aq_criterion,
         f"{paper['mem_ratio_vs_aq_min']:.1f}x least [13x at SST-2's {SST2_TRAIN:,} training sentences]",
         times(v.value), v.holds,
         f"AQ-SGD: total peak tensor bytes less its {s.aq_samples}-sample buffers, plus {per_sample:,.0f} buffer "
@@ -532,7 +530,7 @@ def memory_claims(recs: dict, s: Table2Setting, train: TrainSet, paper: dict, op
         precondition=v.precondition, value=v.value))
     v = V.fo_vs_zo_memory(fo_sum, sq_sum, num_parameters(s.model))
     out.append(claim(
-        "sparq.memory-3x-fo-vs-zo", "SparQ", b2_quote, b2_src, b2_criterion,
+        "sparq.memory-3x-fo-vs-zo", "sparq", b2_quote, b2_src, b2_criterion,
         f"> 3x at 1.3B-13B (Fig. 5); Table 2 OPT-125M/SST-2: {fo125:.1f}x",
         times(v.value), v.holds,
         f"peak tensor bytes summed over the ranks, FO pipeline over SparQ; {where}",
@@ -582,9 +580,7 @@ def opt125m_columns() -> list[Column]:
     return cols
 
 
-@experiment("sparq-opt125m", "SparQ Table 2 at the OPT-125M shape (M = 2, P = 5, batch 32, 4-bit, 1 step): FO "
-            "pipeline vs AQ-SGD vs MeZO vs ZO pipeline vs SparQ peak tensor bytes (sum and max over nodes) and "
-            "payload bytes, beside the paper's OPT-125M rows; the memory verdict at this shape", paper=False)
+@experiment("sparq-opt125m")
 def reproduce_sparq_opt125m(scale: str, out_dir: Path, quiet: bool) -> list[Table]:
     # Not part of `reproduce all`: one FO step of opt-125m at batch 32 takes minutes on 2 loaded
     # cores.  Peak tensor bytes and payload bytes per step do not depend on the step count, so one

@@ -264,9 +264,7 @@ def _models(quiet: bool):
         yield "Gemma-3-270M (Q4_K_M dequantised)", "GeGLU", lambda: gemma.load()[:2]
 
 
-@experiment("sparq-activations", "SparQ Fig. 2 on real weights: non-zero ratio of each layer's FFN activation "
-            "after 1/2/4/8-bit quantisation per tensor / token / channel and clipped scales (MiniLM pretrained "
-            "and random-init, Gemma-3-270M when installed), and the bytes per bit beside Table 1's", paper=False)
+@experiment("sparq-activations")
 def sparq_activations(scale: str, out_dir: Path, quiet: bool) -> list[Table]:
     texts = tweet_texts()
     tables, byte_rows, families, panels, timing = [], [], [], [], []

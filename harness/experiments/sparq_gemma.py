@@ -58,9 +58,7 @@ def accuracy_runs(steps: int = ACC_STEPS) -> list[tuple[str, object]]:
             ("sparq", make_config("sparq", params=dict(zo, bits=4), **common))]
 
 
-@experiment("sparq-gemma", "SparQ Table 2 on Gemma-3-270M (opt-in; GeGLU, prompt-based tweets task): the "
-            "methods' bytes and peak tensor memory per step, and ZO pipeline vs SparQ held-out accuracy after "
-            f"{ACC_STEPS} steps (about 25 min)", paper=False)
+@experiment("sparq-gemma")
 def reproduce_sparq_gemma(scale: str, out_dir: Path, quiet: bool) -> list[Table]:
     if not gemma.installed():
         from harness.config import ConfigError

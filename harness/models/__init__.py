@@ -21,48 +21,18 @@ import os
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
 
-from .families import FAMILIES, FAMILY_SPECS, FamilySpec, family_spec  # noqa: E402
-from .loss import lm_loss  # noqa: E402
-from .presets import PRESETS, ModelPreset  # noqa: E402
-from .stages import (  # noqa: E402
-    CUTS,
-    Stage,
-    TensorSpec,
-    build_stage,
-    default_boundaries,
-    max_stages,
-    model_info,
-    split_model,
-)
-from .weights import (  # noqa: E402
-    ATTN_IMPLEMENTATION,
-    INIT_STD,
-    build_model,
-    init_value,
-    num_parameters,
-    save_weights,
-)
+from harness.lazy import exports  # noqa: E402
 
-__all__ = [
-    "ATTN_IMPLEMENTATION",
-    "CUTS",
-    "FAMILIES",
-    "FAMILY_SPECS",
-    "INIT_STD",
-    "PRESETS",
-    "FamilySpec",
-    "ModelPreset",
-    "Stage",
-    "TensorSpec",
-    "build_model",
-    "build_stage",
-    "default_boundaries",
-    "family_spec",
-    "init_value",
-    "lm_loss",
-    "max_stages",
-    "model_info",
-    "num_parameters",
-    "save_weights",
-    "split_model",
-]
+# Names re-exported from the submodules, imported on first use: ``commbench list models``
+# reads ``presets`` (torch-free) without building anything.
+_EXPORTS = {
+    "FAMILIES": "families", "FAMILY_SPECS": "families", "FamilySpec": "families", "family_spec": "families",
+    "lm_loss": "loss", "PRESETS": "presets", "ModelPreset": "presets",
+    "CUTS": "stages", "Stage": "stages", "TensorSpec": "stages", "build_stage": "stages",
+    "default_boundaries": "stages", "max_stages": "stages", "model_info": "stages", "split_model": "stages",
+    "ATTN_IMPLEMENTATION": "weights", "INIT_STD": "weights", "build_model": "weights", "init_value": "weights",
+    "num_parameters": "weights", "save_weights": "weights",
+}
+__all__ = sorted(_EXPORTS)
+
+__getattr__ = exports(__name__, _EXPORTS)

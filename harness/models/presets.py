@@ -20,6 +20,9 @@ from .prompt import PromptTemplate
 __all__ = ["PRESETS", "TASKS", "ModelPreset"]
 
 TASKS = ("lm", "classify")
+# The activations a preset may name: keys of transformers' ACT2FN, listed here so that reading a
+# preset needs neither transformers nor torch (checks/test_models.py holds the list to ACT2FN).
+ACTIVATIONS = ("relu", "gelu", "gelu_new", "gelu_pytorch_tanh", "silu")
 
 @dataclass(frozen=True)
 class ModelPreset:
@@ -46,8 +49,6 @@ class ModelPreset:
     prompt: PromptTemplate | None = None
 
     def __post_init__(self) -> None:
-        from transformers.activations import ACT2FN
-
         if self.family not in FAMILIES:
             raise ValueError(f"unknown model family {self.family!r}; choose from {', '.join(FAMILIES)}")
         for name in ("num_blocks", "d_model", "ffn_dim", "heads", "vocab_size", "max_positions"):
@@ -58,7 +59,7 @@ class ModelPreset:
             raise ValueError(f"d_model {self.d_model} is not divisible by heads {self.heads}")
         if self.family == "llama" and (self.d_model // self.heads) % 2:
             raise ValueError("llama (RoPE) needs an even head dimension")
-        if self.activation not in ACT2FN:
+        if self.activation not in ACTIVATIONS:
             raise ValueError(f"unknown activation {self.activation!r}")
         if self.task not in TASKS:
             raise ValueError(f"unknown task {self.task!r}; choose from {', '.join(TASKS)}")

@@ -105,7 +105,7 @@ class Column:
 
     @property
     def is_time(self) -> bool:
-        """Seconds or a rate per second: a measured time (issue 14: it carries an interval)."""
+        """Seconds or a rate per second: a measured time (it carries an interval)."""
         return is_time_unit(self.unit)
 
     @property

@@ -10,7 +10,7 @@ One JSON file per run::
 plus the optional keys ``data_kind`` ("real" | "synthetic"), ``history``
 (name -> per-step list) and ``created`` (ISO 8601 time).  ``env`` is free-form JSON, but
 ``env.load_before`` / ``env.load_after`` (the 1, 5, 15 min load averages at the
-run's start and end, written by the launcher since issue 14) must be three
+run's start and end, written by the launcher since records carry the load) must be three
 numbers >= 0 when present; older records without them load as they are.
 
 A record is validated whole: an invalid field raises :class:`ResultError`
@@ -213,7 +213,7 @@ class ResultRecord:
             if not isinstance(v, dict):
                 raise ValueError(f"{name!r} must be an object, not {_tname(v)}")
             _check_json_value(v, name)
-        for key in ("load_before", "load_after"):  # optional: records before issue 14 lack them
+        for key in ("load_before", "load_after"):  # optional: older records lack them
             load = self.env.get(key)
             if load is not None and not (isinstance(load, list) and len(load) == 3
                                          and all(_is_number(x) and x >= 0 for x in load)):
