@@ -204,7 +204,12 @@ def probe_codecs(n_mut: int) -> tuple[Row, float, int]:
             beyond += peak > 2 * len(b) + 64 * 1024
     # crafted headers (valid CRCs): a sparse payload announcing the most elements it may with no
     # entries, so the body is empty and the decoder's output is all it allocates
-    from algorithms.codecs._core import FAMILY_SPARSE, MAX_ELEMENTS_PER_BYTE, build_header, header_nbytes
+    from algorithms.codecs._core import (
+        FAMILY_SPARSE,
+        MAX_ELEMENTS_PER_BYTE,
+        build_header,
+        header_nbytes,
+    )
     from algorithms.codecs.sparse_body import FMT_COO, pack_sparse_params
 
     size = header_nbytes(1, FAMILY_SPARSE)

@@ -34,6 +34,7 @@ import time
 import torch
 
 from harness.heldout import evaluate_params
+
 from .estimator import evaluations, logged_loss, scalars
 from .mezo import log_scalars
 from .perturb import step_seeds
