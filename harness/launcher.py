@@ -76,7 +76,9 @@ def _check_sources(cfg: RunConfig) -> None:
         return
     # transformers resolves its names lazily and not thread-safely: threads ranks importing the
     # config class at once can see a half-initialised module, so it is resolved here, once
-    preset.hf_config()
+    from .models.weights import _model_class
+
+    _model_class(preset.hf_config())
     if preset.pretrained is not None:
         checkpoint_dir(preset.pretrained)
     if dataset_class(cfg.data).modality == "classify":
