@@ -74,11 +74,6 @@ def _check_sources(cfg: RunConfig) -> None:
     preset = PRESETS.get(cfg.model)
     if preset is None:  # a problem of its family (logreg-*, mlp-*): it reads its own data
         return
-    # transformers resolves its names lazily and not thread-safely: threads ranks importing the
-    # config class at once can see a half-initialised module, so it is resolved here, once
-    from .models.weights import _model_class
-
-    _model_class(preset.hf_config())
     if preset.pretrained is not None:
         checkpoint_dir(preset.pretrained)
     if dataset_class(cfg.data).modality == "classify":

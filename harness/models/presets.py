@@ -11,6 +11,7 @@ each family keeps its parts is described in :mod:`.families`.
 
 from __future__ import annotations
 
+import threading
 from dataclasses import dataclass
 from typing import Any
 
@@ -20,6 +21,9 @@ from .prompt import PromptTemplate
 __all__ = ["PRESETS", "TASKS", "ModelPreset"]
 
 TASKS = ("lm", "classify")
+# transformers resolves its names lazily and not thread-safely: two threads ranks asking for the
+# same class at once can see a half-initialised module ("cannot import name 'OPTConfig'")
+TRANSFORMERS_IMPORTS = threading.RLock()
 # The activations a preset may name: keys of transformers' ACT2FN, listed here so that reading a
 # preset needs neither transformers nor torch (checks/test_models.py holds the list to ACT2FN).
 ACTIVATIONS = ("relu", "gelu", "gelu_new", "gelu_pytorch_tanh", "silu")
@@ -80,6 +84,10 @@ class ModelPreset:
 
     def hf_config(self) -> Any:
         """The ``transformers`` config for this preset (dropout 0, untied head, no cache)."""
+        with TRANSFORMERS_IMPORTS:
+            return self._hf_config()
+
+    def _hf_config(self) -> Any:
         # tie_word_embeddings=False everywhere: the LM head is its own parameter, so the
         # first and the last pipeline stage never share a parameter (a tied copy split
         # across two ranks would desynchronise under any update rule).

@@ -106,6 +106,13 @@ def prompt_scorer_class() -> type:
 
 
 def _model_class(config: Any) -> Any:
+    from .presets import TRANSFORMERS_IMPORTS
+
+    with TRANSFORMERS_IMPORTS:
+        return _resolve_model_class(config)
+
+
+def _resolve_model_class(config: Any) -> Any:
     if getattr(config, "model_type", None) == "bert":
         return encoder_classifier_class()
     if getattr(config, "model_type", None) == "gemma3_text":
