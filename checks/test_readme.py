@@ -34,6 +34,8 @@ EXPENSIVE = {
     "--net netns": "needs root; checks/test_netns.py runs namespaced runs where it can",
     "scripts/gpu-check.sh": "the GPU run; checks/test_gpu_check.py runs its CPU path",
     "benchmarks.gpu_check table": "needs a device's records; checks/test_gpu_check.py builds it from a fixture",
+    "--model gemma3-270m": "the opt-in Gemma-3 (its licence keeps it out of CI); checks/test_gemma.py when installed",
+    "reproduce sparq-gemma": "the opt-in Gemma-3, about 50 minutes",
 }
 
 
