@@ -139,7 +139,8 @@ def test_sparq_memory_claims_use_the_sum_over_nodes():
     assert peak_tensor(recs["sparq"]) == (600.0, 500.0) and peak_tensor(recs["mezo"]) == (450.0, 450.0)
     _CLAIMS.clear()
     s = Table2Setting("tiny-opt", steps=1, seq=64, aq_batches=2, aq_epochs=3)  # AQ-SGD: 64 samples
-    vs_zo, comm_fo, comm_aq, mem, vs_aq, b2 = table2_claims(recs, s, TrainSet(1000, "a stand-in set"))
+    vs_zo, comm_fo, comm_aq, mem, vs_aq, b2, acc = table2_claims(recs, s, TrainSet(1000, "a stand-in set"))
+    assert acc.id == "sparq.accuracy-vs-zo" and acc.outcome == "not measurable here"  # no labels here
     _CLAIMS.clear()
     # 1 - 600/1000 = 40 % saved: supported (the max would give 1 - 500/500 = 0 %: not supported)
     assert mem.ours == "40.0% (1.67x)" and mem.outcome == "supported"

@@ -36,11 +36,8 @@ def test_z_is_bit_identical_across_calls_and_interleaved_draws(seed, idx, shape)
 def test_z_is_bit_identical_across_processes():
     # A fresh interpreter (own torch, own global RNG state) regenerates the same bytes.
     seed, idx, shape = 12345, [0, 3, 77], (5, 33)
-    # perturb.py needs only torch: load it by path so the child stays light.
-    path = Path(__file__).resolve().parent.parent / "algorithms" / "zo" / "perturb.py"
-    code = ("import hashlib, importlib.util, torch; torch.manual_seed(99); "
-            f"spec = importlib.util.spec_from_file_location('perturb', {str(path)!r}); "
-            "m = importlib.util.module_from_spec(spec); spec.loader.exec_module(m); h = hashlib.sha256(); "
+    code = ("import hashlib, torch; torch.manual_seed(99); from algorithms.zo import perturb as m; "
+            "h = hashlib.sha256(); "
             f"[h.update(m.z_for({seed}, i, {shape}).numpy().tobytes()) for i in {idx}]; print(h.hexdigest())")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True,
                          cwd=Path(__file__).resolve().parent.parent)

@@ -146,7 +146,7 @@ def accuracy_moved(start: float | None, end: float | None, n: int) -> Preconditi
     """ZO fine-tuning changed what accuracy measures: the uncompressed ZO pipeline's held-out
     accuracy moved by at least 2 binomial standard errors (at the start accuracy, ``n`` rows)
     during the run.  Below that, SparQ and ZO-SGD agree because neither trained yet."""
-    if start is None or end is None:
+    if start is None or end is None or not (0 <= start <= 1 and 0 <= end <= 1):
         return Precondition("held-out accuracy measured (a labelled task)", "no labels in the run's data", False)
     se2 = 2 * binomial_se(start, n)
     return Precondition(f"the ZO pipeline's held-out accuracy moved by >= 2 standard errors ({se2:.3f} at "
@@ -159,7 +159,7 @@ def accuracy_vs_zo(sparq_acc: float | None, zo_acc: float | None, start: float |
     against Table 2's worst row (−0.9 points), less 2 standard errors of a difference of two
     accuracies on ``n`` rows: the paper's "comparable accuracy" at our sample size."""
     pre = accuracy_moved(start, zo_acc, n)
-    if sparq_acc is None or zo_acc is None:
+    if not pre.held and (sparq_acc is None or zo_acc is None or not 0 <= zo_acc <= 1):
         return Verdict(None, None, pre)
     diff = sparq_acc - zo_acc
     tol = 2 * (2 * binomial_se(zo_acc, n) ** 2) ** 0.5
