@@ -264,6 +264,21 @@ def test_residual_codec_auto_is_fp16_for_quantised_runs_and_raw_for_identity_run
     assert wire.residual_codec("bf16", None).spec() == make_codec("bf16").spec()  # an explicit codec is kept
 
 
+def test_residual_auto_follows_the_family_half_float():
+    # Gemma-3's residual stream outgrows fp16 (|r| ~ 68k at <bos>): auto sends it as bf16, which
+    # keeps such a value finite, while fp16 turns it into inf; the other families keep fp16
+    from harness.models.families import FAMILY_SPECS
+
+    big = torch.tensor([67_984.0, -1.5])
+    gemma = wire.residual_codec("auto", 4, FAMILY_SPECS["gemma3_text"].half_dtype)
+    assert gemma.spec() == make_codec("bf16").spec()
+    assert torch.isfinite(gemma.decode(gemma.encode(big))).all()
+    fp16 = wire.residual_codec("auto", 4, FAMILY_SPECS["opt"].half_dtype)
+    assert fp16.spec() == make_codec("fp16").spec()
+    assert torch.isinf(fp16.decode(fp16.encode(big))[0])
+    assert {f.half_dtype for n, f in FAMILY_SPECS.items() if n != "gemma3_text"} == {"fp16"}
+
+
 def test_wire_closed_forms_match_the_codecs():
     x = torch.zeros(2, 3, 40)
     x[0, 0, :7] = 1.0

@@ -54,7 +54,8 @@ class SparQParams(ZOParams):
                                           "weights), token, or channel (AQ-SGD's)")
     format: str = param("auto", "sparse body: auto (cheapest) | dense | bitmap | coo")
     residual: str = param("auto", "residual-stream codec (any dense codec): auto = identity if bits is None "
-                                  "else fp16")
+                                  "else the model family's 16-bit float (fp16; bf16 for Gemma-3, "
+                                  "whose residual stream exceeds fp16's range)")
     labels: str = param("send", "send: first stage sends them to the last (counted); local: regenerated")
     split: str = param("auto", 'ffn_act cut blocks, e.g. "5" or "1,2,3"; auto: choose by measured sparsity')
     split_window: int = param(1, "selection: blocks within this distance of the even split")

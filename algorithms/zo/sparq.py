@@ -25,6 +25,7 @@ from algorithms.codecs.channel import Channel
 from harness.config import RunConfig
 from harness.heldout import evaluate_stages, init_head
 from harness.models import PRESETS, build_stage, lm_loss
+from harness.models.families import family_spec
 
 from . import wire
 from .estimator import drift_extras, logged_loss, scalars, walk
@@ -60,10 +61,10 @@ def choose_split(cfg: RunConfig) -> tuple[tuple[int, ...], dict[int, float]]:
 class Link:
     """One stage boundary: a channel per message kind; keeps the closed form of what it sent."""
 
-    def __init__(self, comm, p: SparQParams, run_itemsize: int, vocab: int):
+    def __init__(self, comm, p: SparQParams, run_itemsize: int, vocab: int, half: str = "fp16"):
         self.comm, self.p, self.itemsize, self.vocab = comm, p, run_itemsize, vocab
         self.act = Channel(wire.act_codec(p.bits, p.signed, p.format, p.granularity))
-        self.res = Channel(wire.residual_codec(p.residual, p.bits))
+        self.res = Channel(wire.residual_codec(p.residual, p.bits, half))
         self.labels = Channel(wire.label_codec(vocab))
         self.closed_form = 0  # bytes this rank sent this step, from the closed forms
         self.nnz = self.numel = 0
@@ -100,7 +101,8 @@ def sparq(ctx):
     preset = PRESETS[cfg.model]
     # the labels are class ids for a classifier, token ids for a causal LM
     classes = preset.num_labels if preset.task == "classify" else preset.vocab_size
-    link = Link(comm, p, torch.empty((), dtype=ctx.dtype).element_size(), classes)
+    link = Link(comm, p, torch.empty((), dtype=ctx.dtype).element_size(), classes,
+                family_spec(preset.family).half_dtype)
     ctx.tokens_per_step = cfg.batch_size * cfg.seq_len
     nnz_total = numel_total = 0
     init_head(ctx, [(n, t) for _, n, t in stage.global_named_parameters()])

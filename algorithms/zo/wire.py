@@ -72,9 +72,11 @@ def act_codec(bits: int | None, signed: str | bool | None = "auto", fmt: str = "
                       f"granularity={granularity},format={fmt}")
 
 
-def residual_codec(spec: str, bits: int | None) -> Codec:
+def residual_codec(spec: str, bits: int | None, half: str = "fp16") -> Codec:
+    """``auto``: raw when the activations are raw, else ``half``, the model family's 16-bit
+    float (:attr:`harness.models.families.FamilySpec.half_dtype`)."""
     if spec == "auto":
-        spec = "identity" if bits is None else "fp16"
+        spec = "identity" if bits is None else half
     return make_codec(spec)
 
 

@@ -75,7 +75,6 @@ class Table2Setting:
     memory: str = "tensor"
     split: int | None = None
     timeout_s: float | None = None
-    residual: str = "auto"  # SparQ's residual-stream codec (fp16 overflows on Gemma-3's stream)
 
     @property
     def cut(self) -> int:
@@ -147,7 +146,7 @@ def methods_runs(s: Table2Setting) -> list[tuple[str, object]]:
         ("mezo", make_config("mezo", world_size=1, params={k: v for k, v in zo.items() if k != "split"},
                              **common)),
         ("zo-pipeline", make_config("sparq", world_size=2, params=dict(zo, **ZO_PIPELINE), **common)),
-        ("sparq", make_config("sparq", world_size=2, params=dict(zo, bits=s.bits, residual=s.residual), **common)),
+        ("sparq", make_config("sparq", world_size=2, params=dict(zo, bits=s.bits), **common)),
     ]
 
 

@@ -43,16 +43,16 @@ MODEL, DATA = "gemma3-270m", "tweets-sentiment"
 ZO_LR = 1e-6  # MeZO's grid for OPT: {1e-6, 1e-7}; 5e-3 (our tiny-model default) wrecks a 268M model
 FO_LR = 1e-3  # SGD on a pretrained LM: the tiny models' 0.05 diverges within the two steps
 ACC_STEPS, ACC_BATCH, SEQ = 20, 16, 32
-# Gemma-3's residual stream exceeds fp16's range (measured: |r| up to 67,984 > 65,504 at block 8's
-# split, at the <bos> position of every row), so SparQ's default fp16 residual turns it into inf
-# and the loss into NaN; bf16 keeps fp32's range in the same 2 bytes per value
-RESIDUAL = "bf16"
+# SparQ's residual stream travels as the family's 16-bit float, bf16 for Gemma-3: its stream
+# exceeds fp16's range (measured: |r| up to 67,984 > 65,504 at block 8's split, at the <bos>
+# position of every row), which would turn it into inf and the loss into NaN; bf16 keeps
+# fp32's range in the same 2 bytes per value
 
 
 def _budget_note() -> str:
     return (f"{MODEL}: {gemma.LICENCE}; Q4_K_M weights dequantised to fp32 (real pretrained weights, "
-            "not Google's bf16 originals); SparQ's residual stream sent as bf16, not the default fp16, "
-            "which overflows on Gemma-3 (|r| up to 67,984 at the <bos> position)")
+            "not Google's bf16 originals); SparQ's residual stream sent as bf16, the family's 16-bit float: "
+            "fp16 overflows on Gemma-3 (|r| up to 67,984 at the <bos> position)")
 
 
 def accuracy_runs(steps: int = ACC_STEPS) -> list[tuple[str, object]]:
@@ -60,7 +60,7 @@ def accuracy_runs(steps: int = ACC_STEPS) -> list[tuple[str, object]]:
     common = dict(model=MODEL, data=DATA, steps=steps, seed=0, batch_size=ACC_BATCH, seq_len=SEQ, micro_batches=1,
                   world_size=2, backend="threads")
     return [("zo-pipeline", make_config("sparq", params=dict(zo, **ZO_PIPELINE), **common)),
-            ("sparq", make_config("sparq", params=dict(zo, bits=4, residual=RESIDUAL), **common))]
+            ("sparq", make_config("sparq", params=dict(zo, bits=4), **common))]
 
 
 @experiment("sparq-gemma")
@@ -70,7 +70,7 @@ def reproduce_sparq_gemma(scale: str, out_dir: Path, quiet: bool) -> list[Table]
 
         raise ConfigError(f"sparq-gemma needs the opt-in Gemma-3-270M; install it with: {gemma.INSTALL}")
     run_dir = out_dir / "sparq-gemma" / "runs"
-    s = Table2Setting(MODEL, data=DATA, steps=2, seq=SEQ, lr=ZO_LR, fo_lr=FO_LR, residual=RESIDUAL)
+    s = Table2Setting(MODEL, data=DATA, steps=2, seq=SEQ, lr=ZO_LR, fo_lr=FO_LR)
     recs = {name: _run(cfg, quiet, run_dir, f"table2-{name}") for name, cfg in methods_runs(s)}
     where = f"; {MODEL} prompt-based on {DATA}"
     verdicts = [c for c in table2_claims(recs, s, train_set(DATA, SEQ), scaled=where)

@@ -42,6 +42,9 @@ class FamilySpec:
     ffn_out: str  # FFN down projection (writes into the residual stream)
     ffn_width: str  # config attribute holding the FFN width
     out_axis: int  # model-width axis of a projection weight: 0 for nn.Linear, 1 for GPT-2's Conv1D
+    # the 16-bit float the family's activations fit in: bf16 where the residual stream outgrows
+    # fp16's 65,504 (Gemma-3, trained and served in bf16)
+    half_dtype: str = "fp16"
 
     def block(self, i: int) -> str:
         """Path of block ``i``."""
@@ -95,7 +98,7 @@ FAMILY_SPECS: dict[str, FamilySpec] = {
         rotary="model.rotary_emb", attn_norm="input_layernorm", attn="self_attn",
         attn_out="self_attn.o_proj", ffn_norm="pre_feedforward_layernorm",
         ffn_in=("mlp.gate_proj", "mlp.up_proj"), ffn_act="mlp.act_fn", ffn_out="mlp.down_proj",
-        ffn_width="intermediate_size", out_axis=0),
+        ffn_width="intermediate_size", out_axis=0, half_dtype="bf16"),
 }
 
 FAMILIES = tuple(FAMILY_SPECS)
