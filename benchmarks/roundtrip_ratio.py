@@ -1,0 +1,143 @@
+"""The Comm's per-message cost against raw gloo: a ping-pong round trip and a burst of sends.
+
+Two spawned gloo processes.  For each message size, every repeat times, in turn
+(interleaved), ``--rounds`` round trips of a uint8 tensor with bare
+``dist.send`` / ``dist.recv`` and then with ``Comm.send`` / ``Comm.recv`` (framing,
+tag check, byte meter); rank 0 takes the median round trip of each and the
+table gives Comm / raw per repeat, median [min, max].  It also times how long
+rank 0 takes to *issue* a burst of 8 sends (``dist.isend`` against ``Comm.send``,
+which posts without waiting): the caller's cost of handing off messages.  CPU
+time per round trip is printed beside the wall time; the load average too: the
+machine may be shared, and only ratios of one run compare.
+
+    python3 -m benchmarks.roundtrip_ratio [--sizes 16384,1048576] [--rounds 200] [--repeats 5]
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import socket
+import statistics
+import time
+
+import torch
+import torch.distributed as dist
+import torch.multiprocessing as mp
+
+BURST = 8
+
+
+def _raw_round(t: torch.Tensor, buf: torch.Tensor, rank: int) -> None:
+    if rank == 0:
+        dist.send(t, 1)
+        dist.recv(buf, 1)
+    else:
+        dist.recv(buf, 0)
+        dist.send(buf, 0)
+
+
+def _comm_round(comm, t: torch.Tensor, rank: int) -> None:
+    if rank == 0:
+        comm.send(t, 1, "pp")
+        comm.recv(1, "pp")
+    else:
+        comm.send(comm.recv(0, "pp"), 0, "pp")
+
+
+def _timed(fn, rounds: int) -> tuple[float, float]:
+    """(median wall s, mean CPU s) of one call of ``fn``."""
+    walls = []
+    c0 = time.process_time()
+    for _ in range(rounds):
+        w0 = time.perf_counter()
+        fn()
+        walls.append(time.perf_counter() - w0)
+    return statistics.median(walls), (time.process_time() - c0) / rounds
+
+
+def _rank(rank: int, port: int, sizes: list[int], rounds: int, repeats: int, q) -> None:
+    from harness.comm.torchdist import TorchDistComm
+
+    os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
+    torch.set_num_threads(1)
+    dist.init_process_group("gloo", rank=rank, world_size=2)
+    comm = TorchDistComm("gloo", timeout_s=120.0)
+    rows = []
+    for size in sizes:
+        t = torch.randint(0, 256, (size,), dtype=torch.uint8)
+        buf = torch.empty_like(t)
+        for _ in range(3):  # warm both paths
+            _raw_round(t, buf, rank)
+            _comm_round(comm, t, rank)
+        for _ in range(repeats):
+            dist.barrier()
+            raw = _timed(lambda: _raw_round(t, buf, rank), rounds)
+            dist.barrier()
+            com = _timed(lambda: _comm_round(comm, t, rank), rounds)
+            dist.barrier()
+            # a burst: the time to hand off BURST messages (the receiver drains them after)
+            if rank == 0:
+                w0 = time.perf_counter()
+                works = [dist.isend(t, 1) for _ in range(BURST)]
+                raw_burst = time.perf_counter() - w0
+                for w in works:
+                    w.wait()
+            else:
+                for _ in range(BURST):
+                    dist.recv(buf, 0)
+                raw_burst = 0.0
+            dist.barrier()
+            if rank == 0:
+                w0 = time.perf_counter()
+                for _ in range(BURST):
+                    comm.send(t, 1, "burst")
+                com_burst = time.perf_counter() - w0
+            else:
+                for _ in range(BURST):
+                    comm.recv(0, "burst")
+                com_burst = 0.0
+            comm.barrier()
+            rows.append((size, raw, com, raw_burst, com_burst))
+    if rank == 0:
+        q.put(rows)
+    comm.close()  # also leaves the process group
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--sizes", default="16384,1048576", help="message bytes, comma-separated")
+    ap.add_argument("--rounds", type=int, default=200)
+    ap.add_argument("--repeats", type=int, default=5)
+    a = ap.parse_args()
+    sizes = [int(s) for s in a.sizes.split(",")]
+    print(f"load average before: {os.getloadavg()}  cpus: {os.cpu_count()}  torch {torch.__version__}")
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    ctx = mp.get_context("spawn")
+    q = ctx.Queue()
+    procs = [ctx.Process(target=_rank, args=(r, port, sizes, a.rounds, a.repeats, q)) for r in range(2)]
+    for p in procs:
+        p.start()
+    rows = q.get(timeout=1200)
+    for p in procs:
+        p.join()
+    print(f"gloo, 2 processes, {a.rounds} round trips per repeat, {a.repeats} interleaved repeats")
+    print("| bytes | raw round trip | Comm round trip | Comm / raw | raw burst of 8 | Comm burst of 8 | Comm / raw |")
+    print("|---|---|---|---|---|---|---|")
+    for size in sizes:
+        mine = [r for r in rows if r[0] == size]
+        rt = [c[0] / r[0] for _, r, c, _, _ in mine]
+        bu = [cb / rb for *_, rb, cb in mine if rb > 0]
+        med = statistics.median
+        print(f"| {size:,} | {1e6 * med(r[0] for _, r, *_ in mine):.0f} us (cpu {1e6 * med(r[1] for _, r, *_ in mine):.0f}) "
+              f"| {1e6 * med(c[0] for _, _, c, *_ in mine):.0f} us (cpu {1e6 * med(c[1] for _, _, c, *_ in mine):.0f}) "
+              f"| {med(rt):.2f} [{min(rt):.2f}, {max(rt):.2f}] "
+              f"| {1e3 * med(r[3] for r in mine):.2f} ms | {1e3 * med(r[4] for r in mine):.2f} ms "
+              f"| {med(bu):.2f} [{min(bu):.2f}, {max(bu):.2f}] |")
+    print(f"load average after: {os.getloadavg()}")
+
+
+if __name__ == "__main__":
+    main()
