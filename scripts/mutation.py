@@ -65,6 +65,12 @@ PROFILES: dict[str, tuple[list[str], list[str]]] = {
         ["harness/comm/byte_meter.py"],
         ["checks/test_comm.py"],
     ),
+    # the pretrained task: prompt encoding of the causal LM, held-out accuracy and its head
+    "prompt-heldout": (
+        ["harness/models/prompt.py", "harness/heldout.py"],
+        ["checks/test_gemma.py", "checks/test_pretrained.py", "-k",
+         "prompt or label or heldout or accuracy or probe or template"],
+    ),
 }
 
 STATUS = ["killed", "survived", "timeout", "suspicious", "no tests", "skipped", "segfault",
