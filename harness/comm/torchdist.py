@@ -54,7 +54,10 @@ from __future__ import annotations
 import contextlib
 import datetime as _dt
 import os
+import queue
+import threading
 from collections import deque
+from concurrent.futures import Future
 from dataclasses import dataclass
 
 import torch
@@ -101,6 +104,41 @@ _CHECKED = 8  # the slack bytes guarded: a longer message overwrites them first
 _END = torch.frombuffer(bytearray(FRAME_END), dtype=torch.uint8)
 
 
+class _PeerReceiver:
+    """Runs one peer's posted receives (``Comm.irecv``), in posting order, on a thread.
+
+    A frame's body length is known only from its header, so a receive cannot be posted
+    to gloo as one ``irecv`` ahead of need (a buffer of ``max_frame_bytes`` would be
+    the alternative); the thread receives the header and then the body exactly as a
+    blocking receive does (same checks, same timeout per message, same errors naming
+    the peer), while the rank computes.  One thread per peer keeps each peer's frames
+    in order and lets a stage's two neighbours be received from at once.
+    """
+
+    def __init__(self, recv_frame, src: int, name: str):
+        self._recv, self._src = recv_frame, src
+        self._jobs: queue.SimpleQueue = queue.SimpleQueue()
+        # daemon: a receive still blocked in the transport when the program ends must not
+        # hold the process (its wait is bounded by the timeout anyway)
+        threading.Thread(target=self._run, name=name, daemon=True).start()
+
+    def post(self, taghash: int) -> Future:
+        done: Future = Future()
+        self._jobs.put((done, taghash))
+        return done
+
+    def stop(self) -> None:
+        self._jobs.put(None)
+
+    def _run(self) -> None:
+        while (job := self._jobs.get()) is not None:
+            done, taghash = job
+            try:
+                done.set_result(self._recv(self._src, taghash))
+            except BaseException as e:  # noqa: BLE001 - raised where the receive is waited on
+                done.set_exception(e)
+
+
 def init_process_group_from_env(backend: str, timeout_s: float,
                                 store_file: str | None = None) -> tuple[int, int]:
     """Join the process group described by torchrun-style environment variables
@@ -134,8 +172,11 @@ class TorchDistComm(Comm):
         self.backend = backend
         self.device = torch.device("cuda", torch.cuda.current_device()) if backend == "nccl" else torch.device("cpu")
         self._timeout = _dt.timedelta(seconds=self.timeout_s)
-        # the header's receive buffer, reused (allocated here, before any meter starts)
-        self._hbuf = torch.empty(FRAME_HEADER_NBYTES + HEADER_SLACK, dtype=torch.uint8, device=self.device)
+        # the headers' receive buffers, reused (allocated here, before any meter starts): one per
+        # peer, and the last for receive-from-any, since a peer's posted receives run on a thread
+        self._hbufs = [torch.empty(FRAME_HEADER_NBYTES + HEADER_SLACK, dtype=torch.uint8, device=self.device)
+                       for _ in range(self.world_size + 1)]
+        self._receivers: dict[int, _PeerReceiver] = {}  # started by a peer's first posted receive
         # the guard written into the slack before every receive: random, never sent
         self._slack_guard = os.urandom(_CHECKED)
         self._heartbeat = Heartbeat(self.board, self.rank) if self.board is not None else None
@@ -229,8 +270,14 @@ class TorchDistComm(Comm):
         return got
 
     def _recv_header(self, src: int | None, what: str) -> tuple[int, bytes]:
-        got = self._recv_message(self._hbuf, FRAME_HEADER_NBYTES, src, what)
-        return got, bytes(self._hbuf[:FRAME_HEADER_NBYTES].cpu().numpy())
+        hbuf = self._hbufs[self.world_size if src is None else src]
+        got = self._recv_message(hbuf, FRAME_HEADER_NBYTES, src, what)
+        return got, bytes(hbuf[:FRAME_HEADER_NBYTES].cpu().numpy())
+
+    def _post_recv_frame(self, src, taghash):
+        if src not in self._receivers:
+            self._receivers[src] = _PeerReceiver(self._recv_frame, src, f"rank{self.rank}-recv-from-{src}")
+        return self._receivers[src].post(taghash)
 
     def _recv_frame(self, src, taghash):
         _, header = self._recv_header(src, f"recv from rank {src}")
@@ -328,6 +375,9 @@ class TorchDistComm(Comm):
             _POSTING.discard(comm)
 
     def close(self):
+        for receiver in self._receivers.values():
+            receiver.stop()
+        self._receivers.clear()
         super().close()
         if self._heartbeat is not None:
             self._heartbeat.stop()
