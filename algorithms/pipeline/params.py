@@ -18,7 +18,7 @@ SCHEDULE_HELP = ('pipeline schedule: "gpipe" (all forwards, then all backwards; 
                  'setup) or "1f1b" (one forward, one backward); same arithmetic, bytes and messages')
 
 
-def schedule_problem(schedule: str) -> str | None:
+def pipeline_schedule_problem(schedule: str) -> str | None:
     if schedule not in SCHEDULES:
         return f"schedule must be one of {', '.join(SCHEDULES)}, got {schedule!r}"
     return None
@@ -45,7 +45,7 @@ class SGDParams:
             raise ValueError(f"optimizer must be sgd or adamw, got {self.optimizer!r}")
         if self.cut not in CUTS:
             raise ValueError(f"cut must be one of {', '.join(CUTS)}, got {self.cut!r}")
-        if bad := schedule_problem(self.schedule):
+        if bad := pipeline_schedule_problem(self.schedule):
             raise ValueError(bad)
 
 
@@ -93,7 +93,7 @@ class CompressedParams:
         need(0 < self.beta1 <= 1 and 0 < self.beta2 <= 1, "beta1 and beta2 must be in (0, 1]")
         need(self.eps > 0, f"eps must be > 0, got {self.eps}")
         need(self.cut in CUTS, f"cut must be one of {', '.join(CUTS)}, got {self.cut!r}")
-        bad = schedule_problem(self.schedule)
+        bad = pipeline_schedule_problem(self.schedule)
         need(bad is None, bad)
         need(self.dataset_size >= 0, f"dataset_size must be >= 0, got {self.dataset_size}")
         need(self.eval_batches >= 0, f"eval_batches must be >= 0, got {self.eval_batches}")

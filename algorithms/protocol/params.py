@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from algorithms.pipeline.params import SCHEDULE_HELP, schedule_problem
+from algorithms.pipeline.params import SCHEDULE_HELP, pipeline_schedule_problem
 from harness.registry import AlgorithmSpec, declare, param
 
 WIRES = ("auto", "fp64", "fp32", "bf16", "fp16")
@@ -56,7 +56,7 @@ class ProtocolParams:
         need(self.fixed_std >= 0, f"fixed_std must be >= 0, got {self.fixed_std}")
         need(self.basis_seed >= 0, f"basis_seed must be >= 0, got {self.basis_seed}")
         need(self.wire in WIRES, f"wire must be one of {', '.join(WIRES)}, got {self.wire!r}")
-        bad = schedule_problem(self.schedule)
+        bad = pipeline_schedule_problem(self.schedule)
         need(bad is None, bad)
 
 
