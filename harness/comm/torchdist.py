@@ -115,12 +115,12 @@ class _PeerReceiver:
     in order and lets a stage's two neighbours be received from at once.
     """
 
-    def __init__(self, recv_frame, src: int, name: str):
-        self._recv, self._src = recv_frame, src
+    def __init__(self, comm: TorchDistComm, src: int):
+        self._comm, self._src = comm, src
         self._jobs: queue.SimpleQueue = queue.SimpleQueue()
         # daemon: a receive still blocked in the transport when the program ends must not
         # hold the process (its wait is bounded by the timeout anyway)
-        threading.Thread(target=self._run, name=name, daemon=True).start()
+        threading.Thread(target=self._run, name=f"rank{comm.rank}-recv-from-{src}", daemon=True).start()
 
     def post(self, taghash: int) -> Future:
         done: Future = Future()
@@ -131,10 +131,11 @@ class _PeerReceiver:
         self._jobs.put(None)
 
     def _run(self) -> None:
+        hbuf = self._comm._header_buffer()  # its own: the rank's thread may receive from another peer
         while (job := self._jobs.get()) is not None:
             done, taghash = job
             try:
-                done.set_result(self._recv(self._src, taghash))
+                done.set_result(self._comm._recv_frame(self._src, taghash, hbuf))
             except BaseException as e:  # noqa: BLE001 - raised where the receive is waited on
                 done.set_exception(e)
 
@@ -172,10 +173,9 @@ class TorchDistComm(Comm):
         self.backend = backend
         self.device = torch.device("cuda", torch.cuda.current_device()) if backend == "nccl" else torch.device("cpu")
         self._timeout = _dt.timedelta(seconds=self.timeout_s)
-        # the headers' receive buffers, reused (allocated here, before any meter starts): one per
-        # peer, and the last for receive-from-any, since a peer's posted receives run on a thread
-        self._hbufs = [torch.empty(FRAME_HEADER_NBYTES + HEADER_SLACK, dtype=torch.uint8, device=self.device)
-                       for _ in range(self.world_size + 1)]
+        # the header's receive buffer, reused (allocated here, before any meter starts); a peer's
+        # receiver thread has its own (_PeerReceiver)
+        self._hbuf = self._header_buffer()
         self._receivers: dict[int, _PeerReceiver] = {}  # started by a peer's first posted receive
         # the guard written into the slack before every receive: random, never sent
         self._slack_guard = os.urandom(_CHECKED)
@@ -269,18 +269,21 @@ class TorchDistComm(Comm):
                             f"{expect} bytes its frame announced")
         return got
 
-    def _recv_header(self, src: int | None, what: str) -> tuple[int, bytes]:
-        hbuf = self._hbufs[self.world_size if src is None else src]
+    def _header_buffer(self) -> torch.Tensor:
+        return torch.empty(FRAME_HEADER_NBYTES + HEADER_SLACK, dtype=torch.uint8, device=self.device)
+
+    def _recv_header(self, src: int | None, what: str, hbuf: torch.Tensor | None = None) -> tuple[int, bytes]:
+        hbuf = self._hbuf if hbuf is None else hbuf
         got = self._recv_message(hbuf, FRAME_HEADER_NBYTES, src, what)
         return got, bytes(hbuf[:FRAME_HEADER_NBYTES].cpu().numpy())
 
     def _post_recv_frame(self, src, taghash):
         if src not in self._receivers:
-            self._receivers[src] = _PeerReceiver(self._recv_frame, src, f"rank{self.rank}-recv-from-{src}")
+            self._receivers[src] = _PeerReceiver(self, src)
         return self._receivers[src].post(taghash)
 
-    def _recv_frame(self, src, taghash):
-        _, header = self._recv_header(src, f"recv from rank {src}")
+    def _recv_frame(self, src, taghash, hbuf: torch.Tensor | None = None):
+        _, header = self._recv_header(src, f"recv from rank {src}", hbuf)
         return self._recv_body(header, src, taghash)
 
     def _recv_any_frame(self, srcs, taghash):
