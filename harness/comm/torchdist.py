@@ -11,7 +11,9 @@ process on a longer one (an enforce failure in its own thread, which no Python
 code can catch), and it does not say how many bytes arrived.  So every receive
 is posted with the size the protocol fixes plus slack bytes after it:
 
-* the header into a buffer of 14 + ``HEADER_SLACK`` bytes (one per Comm);
+* the header into a buffer of 14 + ``HEADER_SLACK`` bytes (one per Comm, and
+  one per peer receiver thread: receives posted ahead, ``Comm.irecv``, run the
+  same receive on a thread per peer, :class:`_PeerReceiver`);
 * the body into a new buffer of exactly the length that header announced, once
   the header passed its checks (magic, tag, ``n <= max_frame_bytes``), plus
   2 end-marker bytes and ``BODY_SLACK`` bytes.
