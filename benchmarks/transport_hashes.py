@@ -7,6 +7,8 @@ step and messages per step of each.  Run it at two commits and compare the
 outputs line by line (``diff``): they must be identical.
 
     python3 -m benchmarks.transport_hashes [--steps 2]
+
+Outputs kept for a comparison: ``benchmarks/results/transport_hashes-<commit>.txt``.
 """
 
 from __future__ import annotations

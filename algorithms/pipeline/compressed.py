@@ -153,7 +153,7 @@ def _train(ctx):
             ch.begin_step(rows)
         opt.zero_grad(set_to_none=True)
         loss = run_step(ctx.comm, stage, lazy.ids.to(ctx.device), lazy.labels.to(ctx.device),
-                        cfg.micro_batches, links)
+                        cfg.micro_batches, links, schedule=p.schedule)
         if p.clip_grad:
             torch.nn.utils.clip_grad_norm_(stage.parameters(), p.clip_grad, foreach=False)
         if p.lr_schedule != "constant":

@@ -1,8 +1,18 @@
-"""One training step of a pipeline stage over the Comm (GPipe-style schedule).
+"""One training step of a pipeline stage over the Comm, in one of two schedules.
 
-All micro-batches go forward, then all go backward in the same order, so the
-gradient accumulates micro-batch 0, 1, ... exactly as the single-process
-reference does (which makes the two bit-identical).  Each boundary tensor
+``gpipe`` (the default): all micro-batches go forward, then all go backward in
+the same order.  ``1f1b``: stage r runs ``S - 1 - r`` forwards ahead, then
+alternates one forward and one backward, then drains the backwards; it holds
+fewer micro-batches' activations.  In both, the backwards run in micro-batch
+order 0, 1, ..., so the gradient accumulates exactly as the single-process
+reference does (which makes all three bit-identical), and every link direction
+carries the same messages in the same order.
+
+While a stage computes micro-batch i it has already posted the receive of
+i + 1's first messages (``Comm.irecv``; forward: activations from r-1,
+backward: gradients from r+1), so their transfer overlaps the compute.  The
+channels take the posted receives in order (``Comm.recv`` takes a peer's
+oldest posted receive first), so they do not change.  Each boundary tensor
 crosses its link through a :class:`~.links.Channel`: forward under tag
 "act", backward under tag "grad".  A channel may compress, keep
 error-feedback state, or (lossless dense codec) be the uncompressed pipeline.
@@ -19,6 +29,7 @@ function of them (Protocol Models: the k-dim coefficients plus the token ids,
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from dataclasses import dataclass
 
 import torch
@@ -65,9 +76,25 @@ class Arrival:
     tokens: torch.Tensor | None = None  # the micro-batch's token ids, where the boundary carries them
 
 
+def schedule_ops(schedule: str, rank: int, world: int, micro_batches: int) -> Iterator[tuple[str, int]]:
+    """The stage's ops in order: ``("F", mb)`` forward, ``("B", mb)`` backward (``schedule`` one
+    of :data:`.params.SCHEDULES`, validated with the run's parameters)."""
+    ahead = {"gpipe": micro_batches, "1f1b": min(world - 1 - rank, micro_batches)}[schedule]
+    yield from (("F", mb) for mb in range(ahead))
+    for mb in range(micro_batches - ahead):
+        yield "F", ahead + mb
+        yield "B", mb
+    yield from (("B", mb) for mb in range(micro_batches - ahead, micro_batches))
+
+
 class Boundary:
     """The boundary map of a link: the stage's outputs cross as they are, one message each
     under key ``(micro-batch, tensor index)`` (pipeline-sgd and the compressed pipelines)."""
+
+    def first_messages(self, stage: Stage) -> int:
+        """How many messages a micro-batch's arrival takes at least (each tensor one at least,
+        error feedback may add a raw one): the receives the engine posts ahead."""
+        return len(stage.input_names)
 
     def send(self, comm, channel: Channel, outputs: tuple[torch.Tensor, ...], dst: int, mb: int,
              tokens: torch.Tensor | None) -> tuple[torch.Tensor, ...]:
@@ -83,34 +110,47 @@ class Boundary:
 
 
 def run_step(comm, stage: Stage, input_ids: torch.Tensor, labels: torch.Tensor,
-             micro_batches: int, links: StageLinks, boundary: Boundary | None = None) -> float | None:
+             micro_batches: int, links: StageLinks, boundary: Boundary | None = None,
+             schedule: str = "gpipe") -> float | None:
     """Forward and backward of one batch on this stage; returns the loss on the last stage."""
     rank, last = comm.rank, comm.world_size - 1
     boundary = boundary or Boundary()
     device = input_ids.device
     ids = input_ids.chunk(micro_batches)
     labs = labels.chunk(micro_batches)
-    saved = []
+    saved = {}
     loss_total = 0.0
-    for mb in range(micro_batches):
-        if rank == 0:
-            got = Arrival((), (ids[mb],), ids[mb])
-        else:
-            got = boundary.recv(comm, links.fwd_in, rank - 1, mb, stage, device)
-        outputs = stage(*got.inputs, input_ids=ids[mb])
-        if rank == last:
-            loss = lm_loss(outputs[0], labs[mb]) / micro_batches
-            loss_total += loss.item()
-            saved.append((got.leaves, (loss,)))
-        else:
-            sent = boundary.send(comm, links.fwd_out, outputs, rank + 1, mb, got.tokens)
-            saved.append((got.leaves, sent))
-    for mb, (leaves, outputs) in enumerate(saved):
+
+    def post_ahead(mb: int, src: int, tag: str, count: int) -> None:
+        # no more than the micro-batch surely takes: a receive posted for a message that is
+        # not sent would take the next step's (the channels take posted receives in order)
+        if mb < micro_batches:
+            for _ in range(count):
+                comm.irecv(src, tag)
+
+    for op, mb in schedule_ops(schedule, rank, comm.world_size, micro_batches):
+        if op == "F":
+            if rank == 0:
+                got = Arrival((), (ids[mb],), ids[mb])
+            else:
+                got = boundary.recv(comm, links.fwd_in, rank - 1, mb, stage, device)
+                post_ahead(mb + 1, rank - 1, "act", boundary.first_messages(stage))
+            outputs = stage(*got.inputs, input_ids=ids[mb])
+            if rank == last:
+                loss = lm_loss(outputs[0], labs[mb]) / micro_batches
+                loss_total += loss.item()
+                saved[mb] = (got.leaves, (loss,))
+            else:
+                sent = boundary.send(comm, links.fwd_out, outputs, rank + 1, mb, got.tokens)
+                saved[mb] = (got.leaves, sent)
+            continue
+        leaves, outputs = saved.pop(mb)
         if rank == last:
             outputs[0].backward()
         else:
             grads = tuple(links.bwd_in.recv(comm, rank + 1, "grad", (mb, i), device)
                           for i in range(len(outputs)))
+            post_ahead(mb + 1, rank + 1, "grad", len(outputs))
             torch.autograd.backward(outputs, grads)
         if rank > 0:
             for i, t in enumerate(leaves):
@@ -119,10 +159,10 @@ def run_step(comm, stage: Stage, input_ids: torch.Tensor, labels: torch.Tensor,
 
 
 def pipeline_step(comm, stage: Stage, input_ids: torch.Tensor, labels: torch.Tensor,
-                  micro_batches: int, codecs: LinkCodecs) -> float | None:
+                  micro_batches: int, codecs: LinkCodecs, schedule: str = "gpipe") -> float | None:
     """The stateless case: every link direction carries ``C(x)`` with a fixed codec."""
     links = StageLinks.direct(comm.rank, comm.world_size, codecs)
-    return run_step(comm, stage, input_ids, labels, micro_batches, links)
+    return run_step(comm, stage, input_ids, labels, micro_batches, links, schedule=schedule)
 
 
 @torch.no_grad()

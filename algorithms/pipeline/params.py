@@ -13,6 +13,15 @@ from dataclasses import dataclass
 from harness.registry import AlgorithmSpec, declare, param
 
 CUTS = ("block", "ffn_act")  # where stages are cut: between blocks, or after a block's FFN activation
+SCHEDULES = ("gpipe", "1f1b")  # the pipeline engine's schedules (algorithms.pipeline.engine)
+SCHEDULE_HELP = ('pipeline schedule: "gpipe" (all forwards, then all backwards; Protocol Models\' '
+                 'setup) or "1f1b" (one forward, one backward); same arithmetic, bytes and messages')
+
+
+def pipeline_schedule_problem(schedule: str) -> str | None:
+    if schedule not in SCHEDULES:
+        return f"schedule must be one of {', '.join(SCHEDULES)}, got {schedule!r}"
+    return None
 
 
 @dataclass(frozen=True)
@@ -25,6 +34,7 @@ class SGDParams:
     weights: str = param("", 'a local save_pretrained directory to start from ("": seeded init)')
     save_weights: str = param("", "fo-sgd: write the trained model there (save_pretrained), e.g. to "
                                   "fine-tune from")
+    schedule: str = param("gpipe", SCHEDULE_HELP + " (fo-sgd: one process, no schedule)")
 
     def __post_init__(self):
         if not self.lr > 0:
@@ -35,6 +45,8 @@ class SGDParams:
             raise ValueError(f"optimizer must be sgd or adamw, got {self.optimizer!r}")
         if self.cut not in CUTS:
             raise ValueError(f"cut must be one of {', '.join(CUTS)}, got {self.cut!r}")
+        if bad := pipeline_schedule_problem(self.schedule):
+            raise ValueError(bad)
 
 
 @dataclass(frozen=True)
@@ -60,6 +72,7 @@ class CompressedParams:
                                   "(no communication)")
     weights: str = param("", 'a local save_pretrained directory every stage starts from ("": seeded init)')
     log_state_digests: bool = param(False, "log a digest of every EF state replica after every step")
+    schedule: str = param("gpipe", SCHEDULE_HELP)
 
     def __post_init__(self):
         from algorithms.codecs import CodecError
@@ -80,6 +93,8 @@ class CompressedParams:
         need(0 < self.beta1 <= 1 and 0 < self.beta2 <= 1, "beta1 and beta2 must be in (0, 1]")
         need(self.eps > 0, f"eps must be > 0, got {self.eps}")
         need(self.cut in CUTS, f"cut must be one of {', '.join(CUTS)}, got {self.cut!r}")
+        bad = pipeline_schedule_problem(self.schedule)
+        need(bad is None, bad)
         need(self.dataset_size >= 0, f"dataset_size must be >= 0, got {self.dataset_size}")
         need(self.eval_batches >= 0, f"eval_batches must be >= 0, got {self.eval_batches}")
         need(self.clip_grad >= 0, f"clip_grad must be >= 0, got {self.clip_grad}")

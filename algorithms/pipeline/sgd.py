@@ -90,7 +90,7 @@ def pipeline_sgd(ctx):
     for step in ctx.steps():
         input_ids, labels = batch(cfg, step, ctx.device)
         opt.zero_grad(set_to_none=True)
-        loss = pipeline_step(ctx.comm, stage, input_ids, labels, cfg.micro_batches, codecs)
+        loss = pipeline_step(ctx.comm, stage, input_ids, labels, cfg.micro_batches, codecs, p.schedule)
         opt.step()
         if loss is not None:
             ctx.log(loss=loss)

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from algorithms.pipeline.params import SCHEDULE_HELP, pipeline_schedule_problem
 from harness.registry import AlgorithmSpec, declare, param
 
 WIRES = ("auto", "fp64", "fp32", "bf16", "fp16")
@@ -32,6 +33,7 @@ class ProtocolParams:
     fixed_std: float = param(1.0, "std of the frozen T_fixed and PE_fixed tables: N(0, 1) (spec §2.3, §2.9)")
     basis_seed: int = param(0, "U = QR(N(0,1)) from (seed, basis_seed)")
     wire: str = param("auto", "transmit dtype of C; auto: the run dtype (lossless)")
+    schedule: str = param("gpipe", SCHEDULE_HELP + " (protocol-central: one process, no schedule)")
 
     def __post_init__(self):
         from algorithms.pipeline.optim import schedule_problem
@@ -54,6 +56,8 @@ class ProtocolParams:
         need(self.fixed_std >= 0, f"fixed_std must be >= 0, got {self.fixed_std}")
         need(self.basis_seed >= 0, f"basis_seed must be >= 0, got {self.basis_seed}")
         need(self.wire in WIRES, f"wire must be one of {', '.join(WIRES)}, got {self.wire!r}")
+        bad = pipeline_schedule_problem(self.schedule)
+        need(bad is None, bad)
 
 
 @dataclass(frozen=True)

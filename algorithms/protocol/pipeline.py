@@ -2,8 +2,8 @@
 constrained model trained unsplit in one process (its reference).
 
 The schedule is the pipeline engine's (``algorithms.pipeline.engine.run_step``):
-all micro-batches forward, then all backward in the same order, one stage per
-rank, tags ``"act"`` / ``"grad"``.  :class:`ProtocolBoundary` is the engine's
+GPipe by default (all micro-batches forward, then all backward in the same
+order; parameter ``schedule``), one stage per rank, tags ``"act"`` / ``"grad"``.  :class:`ProtocolBoundary` is the engine's
 boundary map; what crosses a boundary (spec §2.4, §2.5):
 
 * forward, two messages per micro-batch: ``C = (X - PE - T_fixed[ids]) U``
@@ -114,6 +114,9 @@ class ProtocolBoundary(Boundary):
         self.ids.send(comm, tokens, dst, "act", (mb, 1))
         return (c,)
 
+    def first_messages(self, stage) -> int:
+        return 2  # C and the token ids
+
     def recv(self, comm, channel, src, mb, stage, device) -> Arrival:
         c = channel.recv(comm, src, "act", (mb, 0), device).requires_grad_()
         tokens = self.ids.recv(comm, src, "act", (mb, 1), device)
@@ -132,11 +135,11 @@ class ProtocolBoundary(Boundary):
 
 
 def protocol_step(comm, stage, wire: Wire, input_ids, labels, micro_batches: int, codec,
-                  vocab: int, gram: GramAccumulator | None = None) -> float | None:
+                  vocab: int, gram: GramAccumulator | None = None, schedule: str = "gpipe") -> float | None:
     """Forward and backward of one batch on this rank's stage; the loss on the last rank."""
     links = StageLinks.direct(comm.rank, comm.world_size, LinkCodecs(forward=codec, backward=codec))
     boundary = ProtocolBoundary(wire, vocab, gram)
-    loss = run_step(comm, stage, input_ids, labels, micro_batches, links, boundary)
+    loss = run_step(comm, stage, input_ids, labels, micro_batches, links, boundary, schedule)
     if gram is not None:
         boundary.accumulate()
     return loss
@@ -190,7 +193,7 @@ def protocol(ctx):
         input_ids, labels = batch(cfg, step, ctx.device)
         opt.zero_grad(set_to_none=True)
         loss = protocol_step(ctx.comm, stage, wire, input_ids, labels, cfg.micro_batches, codec,
-                             pr.vocab_size, gram)
+                             pr.vocab_size, gram, p.schedule)
         model.project_grads()
         set_lr(opt, scheduled_lr(cfg, step))
         opt.step()

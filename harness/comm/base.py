@@ -19,6 +19,7 @@ import struct
 import time
 import zlib
 from abc import ABC, abstractmethod
+from collections import deque
 
 import torch
 
@@ -128,6 +129,30 @@ def from_bytes(b: torch.Tensor, like: torch.Tensor) -> torch.Tensor:
 _REDUCE_OPS = ("sum", "mean", "max", "min")
 
 
+class _AtWait:
+    """A posted receive that a backend runs when it is waited on (the threads backend: its
+    mailbox already holds the frame, so posting early has nothing to start)."""
+
+    def __init__(self, recv_frame, src: int, taghash: int):
+        self._recv = recv_frame
+        self._src, self._taghash = src, taghash
+
+    def result(self) -> torch.Tensor:
+        return self._recv(self._src, self._taghash)
+
+
+class PostedRecv:
+    """A receive posted ahead of need (:meth:`Comm.irecv`): the next frame from ``src``,
+    under ``tag``.  Waited on once, in posting order per peer; metered when waited on."""
+
+    def __init__(self, comm: Comm, src: int, tag: str, pending):
+        self.comm, self.src, self.tag = comm, src, tag
+        self._pending = pending  # .result() -> payload, raising what the receive raised
+
+    def wait(self) -> torch.Tensor:
+        return self.comm._take(self)
+
+
 class Comm(ABC):
     """SPMD communicator for one rank.  Subclasses provide the raw primitives."""
 
@@ -157,6 +182,7 @@ class Comm(ABC):
         # user-space shaping of this rank's link (net="pacer"; see pacer.py)
         self.pacer = LinkPacer(bandwidth_bps) if bandwidth_bps else None
         self._sender: PacedSender | None = None  # started by the first paced send
+        self._posted: dict[int, deque[PostedRecv]] = {}  # per peer, oldest first
 
     # ---- raw primitives -------------------------------------------------
     @abstractmethod
@@ -164,6 +190,11 @@ class Comm(ABC):
 
     @abstractmethod
     def _recv_frame(self, src: int, taghash: int) -> torch.Tensor: ...
+
+    def _post_recv_frame(self, src: int, taghash: int):
+        """Start receiving the next frame from ``src``; an object whose ``result()`` is its
+        payload.  Default: nothing starts before the wait."""
+        return _AtWait(self._recv_frame, src, taghash)
 
     def _recv_any_frame(self, srcs: list[int], taghash: int) -> tuple[int, torch.Tensor]:
         """The next frame from whichever of ``srcs`` has one first: (source, payload)."""
@@ -286,11 +317,41 @@ class Comm(ABC):
             raise CommTimeout(f"rank {self.rank}: paced sends were not posted within "
                               f"{self.timeout_s:g} s of their release")
 
+    def irecv(self, src: int, tag: str = "") -> PostedRecv:
+        """Post the receive of the next payload from ``src`` now, so its transfer overlaps what
+        the caller computes meanwhile.  Receives from a peer complete in the order they were
+        posted: a later ``recv(src)`` (or ``wait``) takes the oldest posted one first, whose tag
+        must be the one it asks for.  Checks, timeout and metering are ``recv``'s."""
+        self._check_peer(src, "recv from rank")
+        posted = PostedRecv(self, src, tag, self._post_recv_frame(src, tag_hash(tag)))
+        self._posted.setdefault(src, deque()).append(posted)
+        return posted
+
     def recv(self, src: int, tag: str = "") -> torch.Tensor:
         """Receive the next payload from ``src``; the tag must match the sender's."""
         self._check_peer(src, "recv from rank")
+        posted = self._posted.get(src)
+        if posted:  # a receive posted earlier is the next one from this peer
+            if posted[0].tag != tag:
+                raise CommError(f"rank {self.rank}: receive from rank {src} under tag {tag!r} while "
+                                f"one under {posted[0].tag!r} was posted before it (the program posts "
+                                "receives it does not take in order)")
+            return self._take(posted[0])
         with self._waiting():
             data = self._recv_frame(src, tag_hash(tag))
+        return self._received(src, tag, data)
+
+    def _take(self, posted: PostedRecv) -> torch.Tensor:
+        queue = self._posted.get(posted.src)
+        if not queue or queue[0] is not posted:
+            raise CommError(f"rank {self.rank}: a posted receive from rank {posted.src} was waited on "
+                            "twice or out of order (receives from a peer complete in posting order)")
+        queue.popleft()
+        with self._waiting():
+            data = posted._pending.result()
+        return self._received(posted.src, posted.tag, data)
+
+    def _received(self, src: int, tag: str, data: torch.Tensor) -> torch.Tensor:
         self._pace("incoming", data.numel(), FRAME_HEADER_BYTES)
         self.meter.record(Flow(src, self.rank, "received", tag, "recv"), data.numel(),
                           framing=FRAME_HEADER_BYTES)
@@ -309,12 +370,12 @@ class Comm(ABC):
             self._check_peer(src, "recv from rank")
         if len(set(srcs)) != len(srcs):
             raise ValueError(f"recv_any sources {srcs} contain duplicates")
+        if any(self._posted.get(src) for src in srcs):
+            raise CommError(f"rank {self.rank}: receive from any of ranks {srcs} while a receive from "
+                            "one of them is posted (it would take that receive's frame)")
         with self._waiting():
             src, data = self._recv_any_frame(srcs, tag_hash(tag))
-        self._pace("incoming", data.numel(), FRAME_HEADER_BYTES)
-        self.meter.record(Flow(src, self.rank, "received", tag, "recv"), data.numel(),
-                          framing=FRAME_HEADER_BYTES)
-        return src, data
+        return src, self._received(src, tag, data)
 
     # ---- collectives --------------------------------------------------------
     def all_gather(self, tensor: torch.Tensor, tag: str = "") -> list[torch.Tensor]:

@@ -11,7 +11,9 @@ process on a longer one (an enforce failure in its own thread, which no Python
 code can catch), and it does not say how many bytes arrived.  So every receive
 is posted with the size the protocol fixes plus slack bytes after it:
 
-* the header into a buffer of 14 + ``HEADER_SLACK`` bytes (one per Comm);
+* the header into a buffer of 14 + ``HEADER_SLACK`` bytes (one per Comm, and
+  one per peer receiver thread: receives posted ahead, ``Comm.irecv``, run the
+  same receive on a thread per peer, :class:`_PeerReceiver`);
 * the body into a new buffer of exactly the length that header announced, once
   the header passed its checks (magic, tag, ``n <= max_frame_bytes``), plus
   2 end-marker bytes and ``BODY_SLACK`` bytes.
@@ -54,7 +56,10 @@ from __future__ import annotations
 import contextlib
 import datetime as _dt
 import os
+import queue
+import threading
 from collections import deque
+from concurrent.futures import Future
 from dataclasses import dataclass
 
 import torch
@@ -101,6 +106,42 @@ _CHECKED = 8  # the slack bytes guarded: a longer message overwrites them first
 _END = torch.frombuffer(bytearray(FRAME_END), dtype=torch.uint8)
 
 
+class _PeerReceiver:
+    """Runs one peer's posted receives (``Comm.irecv``), in posting order, on a thread.
+
+    A frame's body length is known only from its header, so a receive cannot be posted
+    to gloo as one ``irecv`` ahead of need (a buffer of ``max_frame_bytes`` would be
+    the alternative); the thread receives the header and then the body exactly as a
+    blocking receive does (same checks, same timeout per message, same errors naming
+    the peer), while the rank computes.  One thread per peer keeps each peer's frames
+    in order and lets a stage's two neighbours be received from at once.
+    """
+
+    def __init__(self, comm: TorchDistComm, src: int):
+        self._comm, self._src = comm, src
+        self._jobs: queue.SimpleQueue = queue.SimpleQueue()
+        # daemon: a receive still blocked in the transport when the program ends must not
+        # hold the process (its wait is bounded by the timeout anyway)
+        threading.Thread(target=self._run, name=f"rank{comm.rank}-recv-from-{src}", daemon=True).start()
+
+    def post(self, taghash: int) -> Future:
+        done: Future = Future()
+        self._jobs.put((done, taghash))
+        return done
+
+    def stop(self) -> None:
+        self._jobs.put(None)
+
+    def _run(self) -> None:
+        hbuf = self._comm._header_buffer()  # its own: the rank's thread may receive from another peer
+        while (job := self._jobs.get()) is not None:
+            done, taghash = job
+            try:
+                done.set_result(self._comm._recv_frame(self._src, taghash, hbuf))
+            except BaseException as e:  # noqa: BLE001 - raised where the receive is waited on
+                done.set_exception(e)
+
+
 def init_process_group_from_env(backend: str, timeout_s: float,
                                 store_file: str | None = None) -> tuple[int, int]:
     """Join the process group described by torchrun-style environment variables
@@ -134,8 +175,10 @@ class TorchDistComm(Comm):
         self.backend = backend
         self.device = torch.device("cuda", torch.cuda.current_device()) if backend == "nccl" else torch.device("cpu")
         self._timeout = _dt.timedelta(seconds=self.timeout_s)
-        # the header's receive buffer, reused (allocated here, before any meter starts)
-        self._hbuf = torch.empty(FRAME_HEADER_NBYTES + HEADER_SLACK, dtype=torch.uint8, device=self.device)
+        # the header's receive buffer, reused (allocated here, before any meter starts); a peer's
+        # receiver thread has its own (_PeerReceiver)
+        self._hbuf = self._header_buffer()
+        self._receivers: dict[int, _PeerReceiver] = {}  # started by a peer's first posted receive
         # the guard written into the slack before every receive: random, never sent
         self._slack_guard = os.urandom(_CHECKED)
         self._heartbeat = Heartbeat(self.board, self.rank) if self.board is not None else None
@@ -228,12 +271,21 @@ class TorchDistComm(Comm):
                             f"{expect} bytes its frame announced")
         return got
 
-    def _recv_header(self, src: int | None, what: str) -> tuple[int, bytes]:
-        got = self._recv_message(self._hbuf, FRAME_HEADER_NBYTES, src, what)
-        return got, bytes(self._hbuf[:FRAME_HEADER_NBYTES].cpu().numpy())
+    def _header_buffer(self) -> torch.Tensor:
+        return torch.empty(FRAME_HEADER_NBYTES + HEADER_SLACK, dtype=torch.uint8, device=self.device)
 
-    def _recv_frame(self, src, taghash):
-        _, header = self._recv_header(src, f"recv from rank {src}")
+    def _recv_header(self, src: int | None, what: str, hbuf: torch.Tensor | None = None) -> tuple[int, bytes]:
+        hbuf = self._hbuf if hbuf is None else hbuf
+        got = self._recv_message(hbuf, FRAME_HEADER_NBYTES, src, what)
+        return got, bytes(hbuf[:FRAME_HEADER_NBYTES].cpu().numpy())
+
+    def _post_recv_frame(self, src, taghash):
+        if src not in self._receivers:
+            self._receivers[src] = _PeerReceiver(self, src)
+        return self._receivers[src].post(taghash)
+
+    def _recv_frame(self, src, taghash, hbuf: torch.Tensor | None = None):
+        _, header = self._recv_header(src, f"recv from rank {src}", hbuf)
         return self._recv_body(header, src, taghash)
 
     def _recv_any_frame(self, srcs, taghash):
@@ -328,6 +380,9 @@ class TorchDistComm(Comm):
             _POSTING.discard(comm)
 
     def close(self):
+        for receiver in self._receivers.values():
+            receiver.stop()
+        self._receivers.clear()
         super().close()
         if self._heartbeat is not None:
             self._heartbeat.stop()
