@@ -1,4 +1,8 @@
-"""Blocked, multi-threaded fast path of the 2- and 4-bit stochastic quantiser.
+"""Blocked, multi-threaded fast paths of the quantisers: qstoch at 2 and 4 bits, qchannel's
+per-channel range and its codes (packed as they are made), and the float32 range of qstoch
+on the pool.  Each runs in blocks of about 1 MiB of float32 so that a block's later passes
+read it from cache; blocks run in the codec pool (``_rng.run_blocks``) once there are two,
+so small tensors stay on the calling thread.
 
 The reference arithmetic (``quant.qstoch_grid`` + ``random_words`` + ``pack_bits``)
 runs as a handful of whole-tensor passes.  Here the same computation is done
