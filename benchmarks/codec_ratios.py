@@ -8,7 +8,7 @@ average is printed before and after: the ratios are only comparable within one
 run.  Also prints the body CRC's cost alone (CPU ms per MiB), its share of a 4-bit qstoch encode, and
 ``sparse-qstoch``'s bytes over its information floor on a 10 % top-k gradient.
 
-    python3 -m benchmarks.codec_ratios [--repeats 15] [--threads 1,2]
+    python3 -m benchmarks.codec_ratios [--repeats 15] [--threads 1,2] [--rows 4096]
 """
 
 from __future__ import annotations
@@ -30,9 +30,9 @@ N_ROWS, N_COLS = 4096, 1024
 CRC_BYTES = 2 << 20
 
 
-def _inputs() -> dict[str, torch.Tensor]:
+def _inputs(rows: int = N_ROWS) -> dict[str, torch.Tensor]:
     g = torch.Generator().manual_seed(0)
-    dense = torch.randn(N_ROWS, N_COLS, generator=g)
+    dense = torch.randn(rows, N_COLS, generator=g)
     return {"dense": dense, "top10%": top_fraction(dense, 0.1)}
 
 
@@ -78,9 +78,9 @@ def _time(fn: Callable[[], object]) -> tuple[float, float]:
 Samples = dict[tuple[int, str], list[tuple[float, float]]]
 
 
-def measure(threads: list[int], repeats: int) -> Samples:
+def measure(threads: list[int], repeats: int, rows: int = N_ROWS) -> Samples:
     """(threads, case) -> [(wall s, cpu s)], thread counts and cases interleaved in every repeat."""
-    inp = _inputs()
+    inp = _inputs(rows)
     cases = _cases(inp["dense"], inp["top10%"])
     out: Samples = {(th, k): [] for th in threads for k in cases}
     for th in threads:  # warm-up: pools, scratch buffers
@@ -100,11 +100,12 @@ def _fmt(v: list[float]) -> str:
     return f"{statistics.median(v):6.2f} [{min(v):.2f}, {max(v):.2f}]"
 
 
-def report(s: Samples, threads: list[int]) -> None:
+def report(s: Samples, threads: list[int], rows: int = N_ROWS) -> None:
     cases = [k for (th, k) in s if th == threads[0]]
+    n_el = rows * N_COLS
     for th in threads:
         clone = s[(th, "clone")]
-        print(f"\nthreads={th}: clone of 4M fp32 median {1e3 * statistics.median(w for w, _ in clone):.2f} ms; "
+        print(f"\nthreads={th}: clone of {n_el} fp32 median {1e3 * statistics.median(w for w, _ in clone):.2f} ms; "
               "encode / clone of the same repeat, median [min, max]")
         print(f"  {'case':16s} {'ms':>8s} {'wall ratio':>22s} {'cpu ratio':>22s}")
         for k in cases:
@@ -141,10 +142,11 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--repeats", type=int, default=15)
     ap.add_argument("--threads", default="1,2")
+    ap.add_argument("--rows", type=int, default=N_ROWS, help=f"rows of {N_COLS} float32 (default: 4M elements)")
     a = ap.parse_args()
     print(f"load average before: {os.getloadavg()}  cpus: {os.cpu_count()}  torch {torch.__version__}")
     threads = [int(t) for t in a.threads.split(",")]
-    report(measure(threads, a.repeats), threads)
+    report(measure(threads, a.repeats, a.rows), threads, a.rows)
     print("\nsparse-qstoch:bits=4 bytes / information floor")
     for case, nb, r in sparse_qstoch_floor():
         print(f"  {case:22s} {nb:9d} B  {r:.3f}")
