@@ -79,7 +79,7 @@ from ._core import (
     parse_bool,
     raw_bytes,
 )
-from ._fast import column_absmax, flat_absmax, fixpoint_codes_fast, qstoch_pack_fast
+from ._fast import column_absmax, fixpoint_codes_fast, flat_absmax, qstoch_pack_fast
 from ._rng import draw_seed, pool_workers, random_words
 from .bitpack import pack_bits, packed_nbytes, unpack_bits
 from .sparse_body import (
