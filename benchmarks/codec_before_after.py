@@ -7,7 +7,7 @@ Extract the other commit's codec package first (it imports only itself)::
 
 Every repeat times ``torch.clone`` and each encoder once (the least of three
 back-to-back runs, by CPU time), old and new in turn, on the 4M-element float32
-input of ``benchmarks.codec_ratios``; prints each encoder's wall and CPU time over
+input of ``benchmarks.codec_ratios`` (``sparse-qstoch`` on its top-10 % sparsified copy); prints each encoder's wall and CPU time over
 the clone's of the same repeat and the new / old CPU ratio, median [min, max].
 The load average is printed: the machine may be shared.
 """
@@ -24,8 +24,9 @@ import time
 import torch
 
 from algorithms import codecs as new
+from benchmarks.codec_ratios import top_fraction
 
-SPECS = ("qstoch:bits=4", "qchannel:bits=4", "topk:ratio=0.1")
+SPECS = ("qstoch:bits=4", "qchannel:bits=4", "topk:ratio=0.1", "sparse-qstoch:bits=4")
 
 
 def _load(path: str):
@@ -58,10 +59,12 @@ def main() -> None:
     x = torch.randn(4096, 1024, generator=torch.Generator().manual_seed(0))
     g = torch.Generator().manual_seed(2)
     cases = {"clone": x.clone}
+    sparse = top_fraction(x, 0.1)  # sparse-qstoch's input in training: a top-k gradient
     for s in SPECS:
         for name, mod in (("old", old), ("new", new)):
             codec = mod.make_codec(s)
-            cases[f"{s} {name}"] = lambda c=codec: c.encode(x, g)
+            inp = sparse if s.startswith("sparse") else x
+            cases[f"{s} {name}"] = lambda c=codec, inp=inp: c.encode(inp, g)
     for fn in cases.values():
         fn()
     res: dict[str, list[tuple[float, float]]] = {k: [] for k in cases}

@@ -44,7 +44,7 @@ CLASSES = _benchmark_classes()
 
 def test_the_suite_is_found():
     assert {c.__name__ for c in CLASSES} >= {"FOReferences", "CompressedPipelines", "ProtocolModels",
-                                             "ZerothOrder", "DistZO2", "DoubleQuantisation", "ClaimValues"}
+                                             "ZerothOrder", "DistZO2", "DoubleQuantisation", "ClaimValues", "Codecs"}
 
 
 def _param_sets(params: list) -> list[tuple]:

@@ -39,6 +39,8 @@ from typing import ClassVar
 
 import torch
 
+from ._crc import crc32 as body_crc32
+
 MAGIC = b"CB"
 VERSION_PLAIN = 1  # header CRC only
 VERSION_BODY_CRC = 2  # header CRC and CRC-32 of the body
@@ -209,7 +211,7 @@ def seal(data: torch.Tensor) -> None:
         return
     h0 = _h0(int(data[5]), int(data[3]), VERSION_BODY_CRC)
     arr = data.numpy()
-    struct.pack_into("<I", arr, h0 - CRC_BYTES - BODY_CRC_BYTES, zlib.crc32(arr[h0:]))
+    struct.pack_into("<I", arr, h0 - CRC_BYTES - BODY_CRC_BYTES, body_crc32(arr[h0:]))
     struct.pack_into("<I", arr, h0 - CRC_BYTES, zlib.crc32(arr[: h0 - CRC_BYTES]))
 
 
@@ -309,7 +311,7 @@ def check_body_length(data: torch.Tensor, hdr: Header, body: int) -> None:
         raise CodecError(f"truncated payload: {got} bytes, header announces {want}")
     if got > want:
         raise CodecError(f"payload has {got - want} trailing bytes after the {want} announced")
-    if hdr.body_crc is not None and zlib.crc32(data[hdr.nbytes:].numpy()) != hdr.body_crc:
+    if hdr.body_crc is not None and body_crc32(data[hdr.nbytes:].numpy()) != hdr.body_crc:
         raise CodecError("corrupted body: CRC-32 mismatch")
 
 

@@ -32,9 +32,14 @@ _pool_pid = -1
 _pool_lock = threading.Lock()
 
 
+def pool_workers() -> int:
+    """Threads the codec pool runs blocks on: the intra-op thread count, at most the cores and 4."""
+    return min(4, os.cpu_count() or 1, max(1, torch.get_num_threads()))
+
+
 def _executor() -> ThreadPoolExecutor | None:
     global _pool, _pool_pid
-    workers = min(4, os.cpu_count() or 1, max(1, torch.get_num_threads()))
+    workers = pool_workers()
     if workers < 2:
         return None
     with _pool_lock:

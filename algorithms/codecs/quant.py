@@ -79,8 +79,8 @@ from ._core import (
     parse_bool,
     raw_bytes,
 )
-from ._fast import qstoch_pack_fast
-from ._rng import draw_seed, random_words
+from ._fast import column_absmax, fixpoint_codes_fast, flat_absmax, qstoch_pack_fast
+from ._rng import draw_seed, pool_workers, random_words
 from .bitpack import pack_bits, packed_nbytes, unpack_bits
 from .sparse_body import (
     FLAG_INDEX32,
@@ -165,7 +165,9 @@ def _qstoch_scale(x: torch.Tensor, bits: int) -> _QScale:
     if xc.dtype != plan.dtype:
         xc = xc.to(plan.dtype)
     m = 0.0
-    if xc.numel():
+    if xc.numel() and xc.dtype == torch.float32 and pool_workers() > 1:
+        m = flat_absmax(xc.numpy())  # NaN propagates
+    elif xc.numel():
         mn, mx = torch.aminmax(xc)  # NaN propagates
         m = max(-float(mn), float(mx))
     if not math.isfinite(m):
@@ -383,7 +385,6 @@ FLAG_SIGNED = 2
 FLAG_TENSOR = 4
 FLAG_TOKEN = 8
 EPS = 1e-6
-_MAGIC32 = 1.5 * 2.0**23  # fl(y + M) = M + round_half_even(y) for |y| < 2**22
 GRANULARITIES = ("channel", "tensor", "token")
 _FLAG_OF = {"channel": 0, "tensor": FLAG_TENSOR, "token": FLAG_TOKEN}
 
@@ -426,6 +427,7 @@ class FixpointCodes:
     nnz: int
     signed: bool = True  # the grid these codes are on (the header's signed flag)
     granularity: str = "channel"  # what each scale covers (the header's tensor / token flags)
+    packed: bool = False  # fixpoint_quantize also wrote the 4-bit packed codes to its ``packed``
 
 
 def resolve_signed(x: torch.Tensor, signed: bool | None) -> bool:
@@ -445,7 +447,10 @@ def _absmax_channels(x2: torch.Tensor) -> torch.Tensor:
         return torch.maximum(-mn, mx).reshape(1)
     # numpy's column reductions are ~2x torch's amin / amax(dim=0); the values are the same
     xn = x2.numpy()
-    a = np.maximum(-xn.min(axis=0), xn.max(axis=0))  # NaN propagates
+    if xn.dtype == np.float32 and xn.flags.c_contiguous:
+        a = column_absmax(xn)  # one pass, NaN propagates
+    else:
+        a = np.maximum(-xn.min(axis=0), xn.max(axis=0))  # NaN propagates
     if not a.all():  # an all-zero column: whether it gets +0 or -0 is torch's (layout-dependent) rule
         return _absmax_columns_torch(x2)
     return torch.from_numpy(a)
@@ -479,12 +484,16 @@ def fixpoint_quantize(
     signed: bool = True,
     granularity: str | bool = "channel",
     fast: bool = True,
+    packed: torch.Tensor | None = None,
 ) -> FixpointCodes:
     """Quantise ``x`` (any float dtype) to flat wire codes and fp16 scales.
 
     ``granularity``: channel, tensor or token (a bool: True is tensor, False
     channel).  ``fast=False`` forces the plain reference arithmetic (round,
     clamp, add); the fast path must produce identical codes (checked in the tests).
+    ``packed``: a uint8 tensor of ``packed_nbytes(n, 4)`` bytes that the fast path
+    fills with the 4-bit packed codes while it computes them (``FixpointCodes.packed``
+    says whether it did: 4 bits, signed, float32).
     """
     if not 1 <= bits <= 16:
         raise CodecError(f"qchannel: bits={bits} out of range 1..16")
@@ -504,12 +513,11 @@ def fixpoint_quantize(
         zero = 2 ** (bits - 1)
         den = d * 2.0 ** (1 - bits)  # exact: y = x / den = fl(x / d) * 2**(b-1)
         if fast and cd == torch.float32 and bits <= 7:
-            t = torch.addcdiv(torch.tensor(_MAGIC32, dtype=cd), x2, den)  # M + round_half_even(y)
-            q = t.view(torch.int32).to(torch.int8)  # low byte of the float's bits = q (|q| <= 65)
-            q.clamp_(-zero, zero - 1)
-            nnz = int(np.count_nonzero(q.numpy()))  # numpy's count is ~3x faster here
-            q += zero  # offset binary, still < 128
-            return FixpointCodes(q.view(torch.uint8).reshape(-1), s16, zero, nnz, True, g)
+            # fl(M + fl(x / den)) = M + round_half_even(y), block by block in cache (_fast)
+            codes = torch.empty(n, dtype=torch.uint8)
+            pk = packed.numpy() if packed is not None and bits == 4 else None
+            nnz = fixpoint_codes_fast(x2.contiguous().numpy(), den.numpy(), zero, codes.numpy(), pk)
+            return FixpointCodes(codes, s16, zero, nnz, True, g, packed=pk is not None)
         q = torch.round(x2 / den).clamp_(-zero, zero - 1)
     else:
         zero = 0
@@ -669,15 +677,28 @@ class QChannelCodec(Codec):
 
     def encode(self, x: torch.Tensor, generator: torch.Generator | None = None) -> Payload:
         x = self._check(x)
-        fc = self.quantize(x)
-        n, b, k = x.numel(), self.bits, fc.nnz
+        n, b = x.numel(), self.bits
+        H = channels_of(tuple(x.shape), self.granularity)
+        h0 = header_nbytes(x.dim(), self.family)
+        # The dense layout's payload, its codes packed while they are computed (one pass
+        # fewer); kept when the dense format is the cheapest, as it is for most 4-bit tensors.
+        dense = None
+        if b == 4 and n and self.fmt in (None, FMT_DENSE):
+            dense = torch.empty(h0 + 2 * H + packed_nbytes(n, b), dtype=torch.uint8)
+        signed = resolve_signed(x, self.signed)
+        fc = fixpoint_quantize(x, b, signed, self.granularity,
+                               packed=None if dense is None else dense[h0 + 2 * H :])
+        k = fc.nnz
         iw, fmt = self._layout(n, k)
-        H = fc.scales.numel()
         flags = (FLAG_INDEX32 if self.int32 else 0) | (FLAG_SIGNED if fc.signed else 0)
         flags |= _FLAG_OF[self.granularity]
         header = build_header(
             self.family, x.dtype, tuple(x.shape), struct.pack("<BBBI", b, flags, fmt, k)
         )
+        if dense is not None and fc.packed and fmt == FMT_DENSE:
+            dense[:h0] = torch.frombuffer(bytearray(header), dtype=torch.uint8)
+            dense[h0 : h0 + 2 * H].copy_(raw_bytes(fc.scales))
+            return Payload(dense)
         pos_n, val_n = section_nbytes(n, k, b, fmt, iw)
         out, body = make_payload(header, 2 * H + pos_n + val_n)
         body[: 2 * H].copy_(raw_bytes(fc.scales))

@@ -287,7 +287,8 @@ def topk_mask(flat: torch.Tensor, k: int) -> torch.Tensor:
     introselect: linear time, no sort, no top-k heap); everything above it is
     kept.  Only when entries tie at the threshold is there a choice to make: the
     first ``need`` of them in index order are kept (:func:`topk_mask_reference`
-    is the whole-tensor formulation of the same rule).
+    is the whole-tensor formulation of the same rule).  ``flat`` is finite (the
+    codecs check it).
     """
     n = flat.numel()
     if k >= n:
@@ -297,7 +298,12 @@ def topk_mask(flat: torch.Tensor, k: int) -> torch.Tensor:
     x = flat.reshape(-1)
     if x.dtype not in (torch.float32, torch.float64):
         x = x.float()  # exact for float16 / bfloat16
-    a = np.abs(x.numpy())
+    if x.dtype == torch.float32:
+        # |x|'s bits as integers: for finite values their order is that of |x| (-0 and +0
+        # alike), and an integer partition is ~1.6x a float one (no NaN ordering)
+        a = x.numpy().view(np.int32) & np.int32(0x7FFFFFFF)
+    else:
+        a = np.abs(x.numpy())
     part = a.copy()
     part.partition(n - k)
     thr = part[n - k]
