@@ -428,3 +428,30 @@ def test_non_finite_scales_are_refused_by_every_scaled_decoder():
     seal(t)
     with pytest.raises(CodecError, match="scale"):
         decode(t)
+
+
+class _OneMessage:
+    """The receiving side of a link holding one payload (what a peer sent)."""
+
+    def __init__(self, payload):
+        self.data = payload.data
+
+    def recv(self, src, tag):
+        return self.data
+
+
+def test_a_pipeline_stage_expects_at_most_its_largest_boundary_tensor():
+    from algorithms.pipeline.engine import LinkCodecs, StageLinks
+    from harness.models import build_stage
+
+    stage = build_stage("tiny-opt", seed=0, num_stages=2, stage_index=1)
+    codec = make_codec("sparse")
+    links = StageLinks.direct(1, 2, LinkCodecs(codec, codec))
+    ids = torch.zeros(4, 16, dtype=torch.int64)
+    links.expect(stage, ids)
+    (hidden,) = {s.shape for s in stage.input_specs(4, 16)}
+    assert links.fwd_in.max_numel == math.prod(hidden)
+    exact = torch.zeros(hidden)  # an all-zero activation of the expected shape: a few bytes
+    assert links.fwd_in.recv(_OneMessage(codec.encode(exact)), 0, "act").shape == exact.shape
+    with pytest.raises(CodecError, match="expects at most"):
+        links.fwd_in.recv(_OneMessage(codec.encode(torch.zeros(math.prod(hidden) + 1))), 0, "act")
