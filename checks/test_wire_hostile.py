@@ -455,3 +455,32 @@ def test_a_pipeline_stage_expects_at_most_its_largest_boundary_tensor():
     assert links.fwd_in.recv(_OneMessage(codec.encode(exact)), 0, "act").shape == exact.shape
     with pytest.raises(CodecError, match="expects at most"):
         links.fwd_in.recv(_OneMessage(codec.encode(torch.zeros(math.prod(hidden) + 1))), 0, "act")
+
+
+def _gloo_gather_liar(comm):
+    # rank 1 announces 512 MiB (under max_frame_bytes) and then sends nothing: rank 0 must not
+    # have allocated for the number before any byte of it arrived
+    import resource
+
+    import torch.distributed as dist
+
+    if comm.rank == 1:
+        sizes = [torch.empty(1, dtype=torch.int64) for _ in range(2)]
+        dist.all_gather(sizes, torch.tensor([512 << 20], dtype=torch.int64))
+        return "sent"
+    before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    try:
+        comm.gather_bytes(b"x" * 10)
+        outcome = "no error"
+    except CommError:
+        outcome = "CommError"
+    return outcome, (resource.getrusage(resource.RUSAGE_SELF).ru_maxrss - before) * 1024
+
+
+@pytest.mark.gloo
+def test_gloo_gather_allocates_with_the_bytes_that_arrive_not_with_a_declared_size():
+    from harness.comm.torchdist import GATHER_ROUND_BYTES
+
+    (outcome, grown), _ = run_gloo(2, _gloo_gather_liar, timeout_s=5)
+    assert outcome == "CommError", outcome
+    assert grown < 4 * GATHER_ROUND_BYTES < 512 << 20, grown  # one round's buffers at most
