@@ -22,8 +22,9 @@ the body CRC does the same for the body (a frame that passed the transport can
 still carry a peer's corrupted or truncated message).  Its structure (index
 order and range, bitmap population, padding bits) is validated as well.
 Encoders write version 2 unless :func:`set_body_checksum` turned it off; decoders
-read both.  Before allocating, every decoder bounds the tensor a header announces
-(:func:`max_decoded_bytes`).
+read both.  Before allocating, every decoder bounds the tensor a header announces:
+by the element count the receiver expects (``max_numel``), or without one by the
+payload's length (:data:`MAX_ELEMENTS_PER_BYTE`), and by :func:`max_decoded_bytes`.
 """
 
 from __future__ import annotations
