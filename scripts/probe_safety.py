@@ -150,9 +150,9 @@ def _nbytes(obj) -> int:
     return sum(_nbytes(p) for _, p in params) if params else 0
 
 
-def _measure_decode(fn, data) -> tuple[str, int]:
-    """The outcome and the allocation: tracemalloc's peak (Python's allocator) or, for what
-    decoded, the tensors it returned (torch allocates outside tracemalloc's view)."""
+def _measure_decode(fn, data) -> tuple[str, int, int]:
+    """The outcome, tracemalloc's peak (Python's allocator, numpy included) and the bytes of
+    the tensors a decode returned (torch allocates outside tracemalloc's view)."""
     tracemalloc.start()
     made = 0
     try:
@@ -162,22 +162,23 @@ def _measure_decode(fn, data) -> tuple[str, int]:
         outcome = type(e).__name__
     peak = tracemalloc.get_traced_memory()[1]
     tracemalloc.stop()
-    return outcome, max(peak, made)
+    return outcome, peak, made
 
 
 @dataclasses.dataclass
 class Alloc:
-    """The largest allocation per payload byte, and the payloads that made a receiver allocate
-    beyond 2x their length (beside what parsing costs the interpreter)."""
+    """The largest decoded tensor per payload byte, the largest Python-heap peak, and the
+    payloads that made a receiver allocate beyond 2x their length (the heap: beside what
+    parsing costs the interpreter)."""
 
-    worst: float = 0.0  # largest allocation / payload length
-    peak: int = 0  # the largest allocation, in bytes
+    worst: float = 0.0  # largest decoded tensor / payload length
+    peak: int = 0  # the largest Python-heap peak, in bytes
     beyond: int = 0
 
-    def add(self, peak: int, nbytes: int) -> bool:
-        self.worst = max(self.worst, peak / nbytes)
+    def add(self, peak: int, made: int, nbytes: int) -> bool:
+        self.worst = max(self.worst, made / nbytes)
         self.peak = max(self.peak, peak)
-        over = peak > 2 * nbytes + SLACK
+        over = made > 2 * nbytes or peak > 2 * nbytes + SLACK
         self.beyond += over
         return over
 
@@ -197,7 +198,7 @@ def probe_codecs(n_mut: int) -> tuple[Row, Alloc]:
 
     def tried(data: torch.Tensor, what: str, must_refuse: bool) -> None:
         row.tried += 1
-        outcome, peak = _measure_decode(lambda d: decode(d, max_numel=expect), data)
+        outcome, peak, made = _measure_decode(lambda d: decode(d, max_numel=expect), data)
         if outcome == "decoded" and must_refuse:
             row.silent_wrong += 1
         elif outcome in ("CodecError", "NonFiniteInput") or outcome == "decoded":
@@ -205,8 +206,9 @@ def probe_codecs(n_mut: int) -> tuple[Row, Alloc]:
         else:
             row.crash += 1
         nbytes = data.numel()
-        if alloc.add(peak, nbytes):
-            print(f"  {what}: a {nbytes}-byte payload made the receiver allocate {peak} bytes ({outcome})")
+        if alloc.add(peak, made, nbytes):
+            print(f"  {what}: a {nbytes}-byte payload made the receiver allocate {max(peak, made)} bytes "
+                  f"({outcome})")
 
     # index-list variants too: with k = 0 their body is empty whatever count the header says
     specs = (*EXAMPLE_SPECS, "sparse:format=coo", "sparse:bits=4,format=coo", "topk:k=16,format=coo",
@@ -276,14 +278,14 @@ def probe_rank_output(n_mut: int) -> tuple[Row, Alloc]:
         else:
             b += bytes(rng.randint(1, 64))
         row.tried += 1
-        outcome, peak = _measure_decode(lambda d: decode(d, expect_rank=1), bytes(b))
+        outcome, peak, made = _measure_decode(lambda d: decode(d, expect_rank=1), bytes(b))
         if outcome == "decoded":
             row.silent_wrong += 1
         elif outcome == RankOutputError.__name__:
             row.clear += 1
         else:
             row.crash += 1
-        alloc.add(peak, len(b))
+        alloc.add(peak, made, len(b))
     return row, alloc
 
 
@@ -403,13 +405,14 @@ def main(argv: list[str]) -> int:
         rows.append(probe_concurrent_out(tmp))
         codec_row, alloc = probe_codecs(30 if quick else 300)
         rows.append(codec_row)
-        extra.append(f"codec decodes (a receiver expecting 512 float32 elements): largest allocation "
-                     f"{alloc.peak} bytes, at most {alloc.worst:.1f} x the payload; {alloc.beyond} "
-                     "beyond 2 x the payload (+ 64 KiB for the interpreter's parsing)")
+        extra.append(f"codec decodes (a receiver expecting 512 float32 elements): decoded tensors at "
+                     f"most {alloc.worst:.1f} x the payload, Python heap peak {alloc.peak} bytes; "
+                     f"{alloc.beyond} beyond 2 x the payload (heap: + 64 KiB for parsing)")
         ro_row, alloc = probe_rank_output(60 if quick else 1000)
         rows.append(ro_row)
-        extra.append(f"rank-output decodes: largest allocation {alloc.peak} bytes, at most "
-                     f"{alloc.worst:.1f} x the frame; {alloc.beyond} beyond 2 x the frame (+ 64 KiB)")
+        extra.append(f"rank-output decodes: decoded tensors at most {alloc.worst:.1f} x the frame, "
+                     f"Python heap peak {alloc.peak} bytes; {alloc.beyond} beyond 2 x the frame "
+                     "(heap: + 64 KiB)")
         rows.append(probe_rendezvous(tmp))
         if not quick:
             rows.append(probe_signals(tmp))
