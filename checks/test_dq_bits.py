@@ -37,7 +37,7 @@ def test_message_bits_and_bytes_closed_forms(seed, d, b):
     codes = math.ceil(sp.nnz * b / 8)  # after the cheapest positions: index list, bitmap, or all d codes
     body = min(math.ceil(sp.nnz * w / 8) + codes, math.ceil(d / 8) + codes, math.ceil(d * b / 8))
     assert sp.nbytes == wire.sparse_nbytes(d, sp.nnz, b) == 27 + body
-    assert wire.sparse_nnz(sp.data) == sp.nnz
+    assert wire.sparse_nnz(sp.data, d) == sp.nnz
     assert 1 <= sp.nnz <= d
     full = wire.full(x)
     assert full.paper_bits == 32 * d and full.nbytes == make_codec("fp64").encoded_nbytes(x)

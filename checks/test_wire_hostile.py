@@ -381,18 +381,36 @@ def test_sparse_decoders_check_the_element_count_against_the_payload_before_allo
     assert len(t) <= 32 and allocated == [] and core.MAX_ELEMENTS_PER_BYTE * len(t) < math.prod(shape)
 
 
+@pytest.mark.parametrize("shape", [(2**24,), (2**12, 2**14), (40,)])
+@pytest.mark.parametrize("fam,params,body", _SPARSE_FAMILIES, ids=[str(f[0]) for f in _SPARSE_FAMILIES])
+def test_a_receiver_that_expects_fewer_elements_refuses_before_allocating(shape, fam, params, body,
+                                                                          monkeypatch):
+    # the receiver's expectation, not the payload's length, bounds what a header may ask for
+    head = build_header(fam, torch.float32, shape, params)
+    t = torch.frombuffer(bytearray(head + bytes(body)), dtype=torch.uint8)
+    seal(t)
+    allocated = []
+    real_zeros = torch.zeros
+    monkeypatch.setattr(torch, "zeros", lambda *a, **k: allocated.append(a) or real_zeros(*a, **k))
+    with pytest.raises(CodecError, match="the receiver expects at most 39"):
+        decode(bytes(t.tolist()), max_numel=39)
+    assert allocated == []
+
+
 @pytest.mark.parametrize("spec", ["sparse", "sparse:format=coo", "qchannel:bits=4,format=coo",
                                   "sparse-qstoch:bits=4", "topk:k=1,format=coo"])
-def test_encoders_refuse_what_receivers_would_refuse_and_send_the_rest(spec):
+def test_a_large_all_zero_tensor_travels_to_a_receiver_that_expects_it(spec):
     from algorithms.codecs._core import MAX_ELEMENTS_PER_BYTE
 
     codec = make_codec(spec)
-    ok = torch.zeros(50_000)
-    ok[7] = 1.0
-    assert decode(codec.encode(ok).data).shape == ok.shape
     big = torch.zeros(40 * MAX_ELEMENTS_PER_BYTE)
-    with pytest.raises(CodecError, match="elements per byte"):
-        codec.encode(big)
+    p = codec.encode(big)
+    assert p.nbytes < 40  # a few bytes stand for 2.6 M elements: only the receiver can bound them
+    got = decode(p.data, max_numel=big.numel())
+    assert got.shape == big.shape and not bool(got.any())
+    for expect in (None, big.numel() - 1):  # no expectation (the per-byte cap), or a smaller one
+        with pytest.raises(CodecError, match="per byte|expects at most"):
+            decode(p.data, max_numel=expect)
 
 
 def test_non_finite_scales_are_refused_by_every_scaled_decoder():
@@ -410,3 +428,59 @@ def test_non_finite_scales_are_refused_by_every_scaled_decoder():
     seal(t)
     with pytest.raises(CodecError, match="scale"):
         decode(t)
+
+
+class _OneMessage:
+    """The receiving side of a link holding one payload (what a peer sent)."""
+
+    def __init__(self, payload):
+        self.data = payload.data
+
+    def recv(self, src, tag):
+        return self.data
+
+
+def test_a_pipeline_stage_expects_at_most_its_largest_boundary_tensor():
+    from algorithms.pipeline.engine import LinkCodecs, StageLinks
+    from harness.models import build_stage
+
+    stage = build_stage("tiny-opt", seed=0, num_stages=2, stage_index=1)
+    codec = make_codec("sparse")
+    links = StageLinks.direct(1, 2, LinkCodecs(codec, codec))
+    ids = torch.zeros(4, 16, dtype=torch.int64)
+    links.expect(stage, ids)
+    (hidden,) = {s.shape for s in stage.input_specs(4, 16)}
+    assert links.fwd_in.max_numel == math.prod(hidden)
+    exact = torch.zeros(hidden)  # an all-zero activation of the expected shape: a few bytes
+    assert links.fwd_in.recv(_OneMessage(codec.encode(exact)), 0, "act").shape == exact.shape
+    with pytest.raises(CodecError, match="expects at most"):
+        links.fwd_in.recv(_OneMessage(codec.encode(torch.zeros(math.prod(hidden) + 1))), 0, "act")
+
+
+def _gloo_gather_liar(comm):
+    # rank 1 announces 512 MiB (under max_frame_bytes) and then sends nothing: rank 0 must not
+    # have allocated for the number before any byte of it arrived
+    import resource
+
+    import torch.distributed as dist
+
+    if comm.rank == 1:
+        sizes = [torch.empty(1, dtype=torch.int64) for _ in range(2)]
+        dist.all_gather(sizes, torch.tensor([512 << 20], dtype=torch.int64))
+        return "sent"
+    before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    try:
+        comm.gather_bytes(b"x" * 10)
+        outcome = "no error"
+    except CommError:
+        outcome = "CommError"
+    return outcome, (resource.getrusage(resource.RUSAGE_SELF).ru_maxrss - before) * 1024
+
+
+@pytest.mark.gloo
+def test_gloo_gather_allocates_with_the_bytes_that_arrive_not_with_a_declared_size():
+    from harness.comm.torchdist import GATHER_ROUND_BYTES
+
+    (outcome, grown), _ = run_gloo(2, _gloo_gather_liar, timeout_s=5)
+    assert outcome == "CommError", outcome
+    assert grown < 4 * GATHER_ROUND_BYTES < 512 << 20, grown  # one round's buffers at most

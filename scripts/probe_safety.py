@@ -4,11 +4,13 @@
 
 Cases: bad command-line input; ``--out`` at a FIFO, a device node (``mknod``, root), a symbolic
 link to one, and two runs started together on one ``--out``; crafted codec payloads and
-rank-output frames (bit flips, truncations, extensions) decoded under ``tracemalloc``; SIGINT and
-SIGTERM on a small gloo run.  Each row counts: ``tried``; ``clear`` (refused or stopped with a
-one-line message, nothing lost); ``crash/traceback``; ``silent wrong`` (a destructive write, a
-lost record, a corrupted input decoded as a value); ``left behind`` (files or processes that
-outlive the case).  Decoding also reports its largest allocation per payload byte.  Every count
+rank-output frames (bit flips, truncations, extensions, and for every codec headers announcing
+more elements than the receiver expects) decoded under ``tracemalloc``; a rank stopped (SIGSTOP)
+before the process group forms; SIGINT and SIGTERM on a small gloo run.  Each row counts:
+``tried``; ``clear`` (refused or stopped with a one-line message, nothing lost);
+``crash/traceback``; ``silent wrong`` (a destructive write, a lost record, a corrupted input
+decoded as a value, the wrong rank blamed); ``left behind`` (files or processes that outlive the
+case).  Decoding also reports its largest allocation per payload byte.  Every count
 is computed from the runs here, never typed.  Needs a few minutes on two cores.
 """
 
@@ -30,6 +32,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 CLI = [sys.executable, "-m", "harness.cli"]
 SMALL_RUN = ["run", "fo-sgd", "--steps", "2"]
+SLACK = 64 * 1024  # what parsing a header costs the interpreter itself (tracemalloc sees it)
 
 
 @dataclasses.dataclass
@@ -147,9 +150,9 @@ def _nbytes(obj) -> int:
     return sum(_nbytes(p) for _, p in params) if params else 0
 
 
-def _measure_decode(fn, data) -> tuple[str, int]:
-    """The outcome and the allocation: tracemalloc's peak (Python's allocator) or, for what
-    decoded, the tensors it returned (torch allocates outside tracemalloc's view)."""
+def _measure_decode(fn, data) -> tuple[str, int, int]:
+    """The outcome, tracemalloc's peak (Python's allocator, numpy included) and the bytes of
+    the tensors a decode returned (torch allocates outside tracemalloc's view)."""
     tracemalloc.start()
     made = 0
     try:
@@ -159,25 +162,64 @@ def _measure_decode(fn, data) -> tuple[str, int]:
         outcome = type(e).__name__
     peak = tracemalloc.get_traced_memory()[1]
     tracemalloc.stop()
-    return outcome, max(peak, made)
+    return outcome, peak, made
 
 
-def probe_codecs(n_mut: int) -> tuple[Row, float, int]:
+@dataclasses.dataclass
+class Alloc:
+    """The largest decoded tensor per payload byte, the largest Python-heap peak, and the
+    payloads that made a receiver allocate beyond 2x their length (the heap: beside what
+    parsing costs the interpreter)."""
+
+    worst: float = 0.0  # largest decoded tensor / payload length
+    peak: int = 0  # the largest Python-heap peak, in bytes
+    beyond: int = 0
+
+    def add(self, peak: int, made: int, nbytes: int) -> bool:
+        self.worst = max(self.worst, made / nbytes)
+        self.peak = max(self.peak, peak)
+        over = made > 2 * nbytes or peak > 2 * nbytes + SLACK
+        self.beyond += over
+        return over
+
+
+def probe_codecs(n_mut: int) -> tuple[Row, Alloc]:
     import torch
 
     from algorithms.codecs import EXAMPLE_SPECS, CodecError, decode, make_codec
+    from algorithms.codecs._core import MAX_ELEMENTS_PER_BYTE, build_header, parse_header, seal
 
     row = Row("crafted codec payloads")
     rng = random.Random(0)
-    worst, beyond = 0.0, 0
+    alloc = Alloc()
     x = torch.randn(64, 8, generator=torch.Generator().manual_seed(0))
     x[x.abs() < 0.8] = 0  # sparse enough for the sparse formats to choose an index list
-    for spec in EXAMPLE_SPECS:
+    expect = x.numel()  # a receiver knows the tensor it waits for (decode's max_numel)
+
+    def tried(data: torch.Tensor, what: str, must_refuse: bool) -> None:
+        row.tried += 1
+        outcome, peak, made = _measure_decode(lambda d: decode(d, max_numel=expect), data)
+        if outcome == "decoded" and must_refuse:
+            row.silent_wrong += 1
+        elif outcome in ("CodecError", "NonFiniteInput") or outcome == "decoded":
+            row.clear += 1
+        else:
+            row.crash += 1
+        nbytes = data.numel()
+        if alloc.add(peak, made, nbytes):
+            print(f"  {what}: a {nbytes}-byte payload made the receiver allocate {max(peak, made)} bytes "
+                  f"({outcome})")
+
+    # index-list variants too: with k = 0 their body is empty whatever count the header says
+    specs = (*EXAMPLE_SPECS, "sparse:format=coo", "sparse:bits=4,format=coo", "topk:k=16,format=coo",
+             "qchannel:bits=4,format=coo", "qchannel:bits=4,granularity=tensor,format=coo",
+             "sparse-qstoch:bits=4", "sparse-qstoch:bits=2")
+    for spec in specs:
         try:
             good = bytes(make_codec(spec).encode(x.clone()).data.numpy())
         except CodecError:
             continue
-        for i in range(n_mut):
+        for i in range(n_mut):  # bit flips, truncations, extensions: each must be refused
             b = bytearray(good)
             how = i % 3
             if how == 0:
@@ -187,49 +229,31 @@ def probe_codecs(n_mut: int) -> tuple[Row, float, int]:
                 del b[rng.randrange(1, len(b)):]
             else:
                 b += bytes(rng.randrange(256) for _ in range(rng.randint(1, 64)))
-            if bytes(b) == good:
-                continue
-            row.tried += 1
-            data = torch.frombuffer(bytearray(b), dtype=torch.uint8)
-            outcome, peak = _measure_decode(decode, data)
-            ratio = peak / len(b)
-            if outcome == "decoded":
-                row.silent_wrong += 1
-            elif outcome in ("CodecError", "NonFiniteInput"):
-                row.clear += 1
-            else:
-                row.crash += 1
-            # a refused payload must not have allocated beyond 2x its size (plus the interpreter's own)
-            worst = max(worst, ratio)
-            beyond += peak > 2 * len(b) + 64 * 1024
-    # crafted headers (valid CRCs): a sparse payload announcing the most elements it may with no
-    # entries, so the body is empty and the decoder's output is all it allocates
-    from algorithms.codecs._core import (
-        FAMILY_SPARSE,
-        MAX_ELEMENTS_PER_BYTE,
-        build_header,
-        header_nbytes,
-    )
-    from algorithms.codecs.sparse_body import FMT_COO, pack_sparse_params
-
-    size = header_nbytes(1, FAMILY_SPARSE)
-    for n in (size * MAX_ELEMENTS_PER_BYTE, size * MAX_ELEMENTS_PER_BYTE + 1, 1 << 31):
-        head = build_header(FAMILY_SPARSE, torch.float32, (n,), pack_sparse_params(0, 0, FMT_COO, 0))
-        data = torch.frombuffer(bytearray(head), dtype=torch.uint8).clone()
-        from algorithms.codecs._core import seal
-        seal(data)
-        row.tried += 1
-        outcome, peak = _measure_decode(decode, data)
-        row.clear += outcome == "CodecError"
-        row.crash += outcome not in ("CodecError", "decoded")
-        worst = max(worst, peak / data.numel())
-        beyond += peak > 2 * data.numel() + 64 * 1024
-        if peak > 2 * data.numel() + 64 * 1024:
-            print(f"  a {data.numel()}-byte sparse payload announcing {n} elements: {outcome}, {peak} bytes")
-    return row, worst, beyond
+            if bytes(b) != good:
+                tried(torch.frombuffer(bytearray(b), dtype=torch.uint8), spec, must_refuse=True)
+        # crafted headers with valid CRCs, every codec: its own parameters, or with the last
+        # four bytes zeroed (the sparse formats' entry count k = 0, so the body may be empty)
+        # or all but the first byte's low five bits (sparse-qstoch: its bit width, with the
+        # index-list layout, scale 0 and no entries),
+        # an element count up to 2**31, and a body of 0 or 2 bytes (qchannel's scale); more than
+        # the receiver expects is refused before its tensor exists (with no expectation the
+        # per-byte cap would let a 25-byte sparse payload ask for ~6.5 MB)
+        hdr = parse_header(torch.frombuffer(bytearray(good), dtype=torch.uint8))
+        own, tail = hdr.params, min(4, len(hdr.params))
+        first = bytes([own[0] & 0x1F]) if own else b""
+        zeroed = (own[:len(own) - tail] + bytes(tail), first + bytes(max(0, len(own) - 1)))
+        for params in dict.fromkeys((own, *zeroed)):
+            for body in (b"", bytes(2)):
+                size = len(build_header(hdr.family, hdr.dtype, (1,), params) + body)
+                for n in (expect + 1, size * MAX_ELEMENTS_PER_BYTE, 1 << 31):
+                    head = build_header(hdr.family, hdr.dtype, (n,), params)
+                    data = torch.frombuffer(bytearray(head + body), dtype=torch.uint8).clone()
+                    seal(data)
+                    tried(data, f"{spec} announcing {n} elements", must_refuse=True)
+    return row, alloc
 
 
-def probe_rank_output(n_mut: int) -> tuple[Row, float, int]:
+def probe_rank_output(n_mut: int) -> tuple[Row, Alloc]:
     import torch
 
     from harness.context import RankOutput
@@ -244,7 +268,7 @@ def probe_rank_output(n_mut: int) -> tuple[Row, float, int]:
                      wire_rx_bytes=None, extra={})
     good = encode(out)
     rng = random.Random(1)
-    worst, beyond = 0.0, 0
+    alloc = Alloc()
     for i in range(n_mut):
         b = bytearray(good)
         if i % 3 == 0:
@@ -254,16 +278,15 @@ def probe_rank_output(n_mut: int) -> tuple[Row, float, int]:
         else:
             b += bytes(rng.randint(1, 64))
         row.tried += 1
-        outcome, peak = _measure_decode(lambda d: decode(d, expect_rank=1), bytes(b))
+        outcome, peak, made = _measure_decode(lambda d: decode(d, expect_rank=1), bytes(b))
         if outcome == "decoded":
             row.silent_wrong += 1
         elif outcome == RankOutputError.__name__:
             row.clear += 1
         else:
             row.crash += 1
-        worst = max(worst, peak / len(b))
-        beyond += peak > 2 * len(b) + 64 * 1024
-    return row, worst, beyond
+        alloc.add(peak, made, len(b))
+    return row, alloc
 
 
 def _descendants(pid: int) -> set[int]:
@@ -316,6 +339,61 @@ def probe_signals(tmp: Path) -> Row:
     return row
 
 
+def _ranks_of(launcher: int) -> dict[int, int]:
+    """rank -> pid of the live rank processes a launcher started (from their environment)."""
+    found, tag = {}, f"COMMBENCH_LAUNCHER_PID={launcher}".encode()
+    for p in Path("/proc").glob("[0-9]*"):
+        try:
+            env = (p / "environ").read_bytes().split(b"\0")
+            state = (p / "stat").read_text().rsplit(")", 1)[1].split()[0]
+        except OSError:
+            continue
+        if tag in env and state != "Z":
+            found[next(int(e[5:]) for e in env if e.startswith(b"RANK="))] = int(p.name)
+    return found
+
+
+def probe_rendezvous(tmp: Path) -> Row:
+    """Rank 1 of 3 (gloo) stopped while it starts, before the process group forms: the
+    launcher must name rank 1 (not the rank whose wait timed out) and leave nothing behind."""
+    row = Row("rank stopped before rendezvous")
+    p = subprocess.Popen([*CLI, "run", "pipeline-sgd", "--world-size", "3", "--backend", "gloo",
+                          "--model", "tiny-opt", "--data", "wiki-en", "--set", "batch_size=4", "--set",
+                          "seq_len=16", "--steps", "100000", "--timeout", "6",
+                          "--out", str(tmp / "rdv.json")], cwd=ROOT, stdout=subprocess.PIPE,
+                         stderr=subprocess.PIPE, text=True, start_new_session=True)
+    row.tried = 1
+    deadline, pid = time.monotonic() + 120, None
+    while time.monotonic() < deadline and pid is None and p.poll() is None:
+        pid = _ranks_of(p.pid).get(1)
+        time.sleep(0.05)  # polling a deadline wait
+    if pid is None:
+        p.kill()
+        print(f"  rendezvous: rank 1 never started: {p.communicate()[1].strip()[:200]}")
+        row.crash += 1
+        return row
+    os.kill(pid, signal.SIGSTOP)
+    try:
+        _, err = p.communicate(timeout=180)
+    except subprocess.TimeoutExpired:
+        os.killpg(p.pid, signal.SIGKILL)
+        _, err = p.communicate()
+    lines = [ln for ln in err.splitlines() if ln.strip()]
+    print(f"  rendezvous stall: exit {p.returncode}: {lines[-1] if lines else ''}")
+    if "Traceback" in err:
+        row.crash += 1
+    elif p.returncode == 1 and len(lines) == 1 and "rank 1 failed" in lines[0]:
+        row.clear += 1
+    else:
+        row.silent_wrong += 1  # the wrong rank blamed, or no message
+    left = _ranks_of(p.pid)
+    if left or (tmp / "rdv.json").exists():
+        row.left_behind += 1
+        for k in left.values():
+            os.kill(k, signal.SIGKILL)
+    return row
+
+
 def main(argv: list[str]) -> int:
     quick = "--quick" in argv
     rows: list[Row] = []
@@ -325,14 +403,17 @@ def main(argv: list[str]) -> int:
         rows.append(probe_cli())
         rows.append(probe_out_nodes(tmp))
         rows.append(probe_concurrent_out(tmp))
-        codec_row, worst, beyond = probe_codecs(30 if quick else 300)
+        codec_row, alloc = probe_codecs(30 if quick else 300)
         rows.append(codec_row)
-        extra.append(f"codec decodes: largest allocation {worst:.1f} x the payload; "
-                     f"{beyond} beyond 2 x payload + 64 KiB")
-        ro_row, worst, beyond = probe_rank_output(60 if quick else 1000)
+        extra.append(f"codec decodes (a receiver expecting 512 float32 elements): decoded tensors at "
+                     f"most {alloc.worst:.1f} x the payload, Python heap peak {alloc.peak} bytes; "
+                     f"{alloc.beyond} beyond 2 x the payload (heap: + 64 KiB for parsing)")
+        ro_row, alloc = probe_rank_output(60 if quick else 1000)
         rows.append(ro_row)
-        extra.append(f"rank-output decodes: largest allocation {worst:.1f} x the frame; "
-                     f"{beyond} beyond 2 x frame + 64 KiB")
+        extra.append(f"rank-output decodes: decoded tensors at most {alloc.worst:.1f} x the frame, "
+                     f"Python heap peak {alloc.peak} bytes; {alloc.beyond} beyond 2 x the frame "
+                     "(heap: + 64 KiB)")
+        rows.append(probe_rendezvous(tmp))
         if not quick:
             rows.append(probe_signals(tmp))
     print("test | tried | clear | crash/traceback | silent wrong | left behind")
@@ -341,7 +422,6 @@ def main(argv: list[str]) -> int:
         print(f"{r.test} | {r.tried} | {r.clear} | {r.crash} | {r.silent_wrong} | {r.left_behind}")
     for line in extra:
         print(line)
-    print("not probed here: a rank stopped (SIGSTOP) during rendezvous")
     bad = sum(r.crash + r.silent_wrong + r.left_behind for r in rows)
     return 1 if bad else 0
 

@@ -20,14 +20,20 @@ class Channel:
 
     ``key`` names the message within a step (the compressed pipelines use
     ``(micro-batch, tensor index)`` to find their memory); this channel ignores it.
+    ``max_numel`` is the receiving end's expectation: the most elements a message on this
+    channel may have (a stage knows its boundary shapes).  A payload announcing more is
+    refused before its tensor is allocated, so a peer's header cannot make the receiver
+    allocate beyond what it was waiting for; None falls back to the codecs' per-byte cap.
     """
 
     memory = None
 
-    def __init__(self, codec: Codec, generator: torch.Generator | None = None):
+    def __init__(self, codec: Codec, generator: torch.Generator | None = None,
+                 max_numel: int | None = None):
         self.codec = codec
         self.generator = generator
         self.step = None
+        self.max_numel = max_numel
 
     def begin_step(self, step) -> None:
         """The step's context for stateful channels (the pipelines' ``StepRows``)."""
@@ -37,5 +43,5 @@ class Channel:
         comm.send(self.codec.encode(x.detach().cpu(), generator=self.generator).data, dst, tag=tag)
 
     def recv(self, comm, src: int, tag: str, key: tuple[int, int] | None = None, device=None) -> torch.Tensor:
-        x = self.codec.decode(Payload(comm.recv(src, tag=tag)))
+        x = self.codec.decode(Payload(comm.recv(src, tag=tag)), max_numel=self.max_numel)
         return x if device is None else x.to(device)

@@ -131,11 +131,15 @@ def make_codec(spec: str | Codec) -> Codec:
     return codec
 
 
-def decode(p: Payload | torch.Tensor | bytes) -> torch.Tensor:
-    """Decode any codec's payload from its bytes alone (the header names the codec)."""
+def decode(p: Payload | torch.Tensor | bytes, max_numel: int | None = None) -> torch.Tensor:
+    """Decode any codec's payload from its bytes alone (the header names the codec).
+
+    ``max_numel``: the most elements the receiver expects; a payload announcing more is
+    refused before anything is allocated (see ``MAX_ELEMENTS_PER_BYTE`` for the fallback).
+    """
     data = as_payload_tensor(p)
     family = peek_family(data)
-    hdr = parse_header(data, expect_family=family)
+    hdr = parse_header(data, expect_family=family, max_numel=max_numel)
     cls = _FAMILY_CLASSES.get(family)
     if cls is None:
         raise CodecError(

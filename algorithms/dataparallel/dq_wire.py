@@ -145,19 +145,20 @@ def is_flag(data: torch.Tensor) -> bool:
     return data.numel() == 1
 
 
-def decode_dense(data: torch.Tensor) -> torch.Tensor:
-    """A codec payload (qstoch, fp32 or fp64) back to its tensor."""
-    return codec_decode(Payload(data))
+def decode_dense(data: torch.Tensor, d: int) -> torch.Tensor:
+    """A codec payload (qstoch, fp32 or fp64) back to its ``d``-vector (the receiver's
+    expectation bounds what a peer's header may make it allocate)."""
+    return codec_decode(Payload(data), max_numel=d)
 
 
-def sparse_nnz(data: torch.Tensor) -> int:
-    """The survivor count of a sparse message, from its (CRC-checked) header."""
-    hdr = parse_header(data, expect_family=SparseQStochCodec.family)
+def sparse_nnz(data: torch.Tensor, d: int) -> int:
+    """The survivor count of a sparse message of a ``d``-vector, from its (CRC-checked) header."""
+    hdr = parse_header(data, expect_family=SparseQStochCodec.family, max_numel=d)
     return SPARSE_PARAMS.unpack(hdr.params)[2]
 
 
 def decode_sparse(data: torch.Tensor, d: int, dtype: torch.dtype) -> torch.Tensor:
-    g = SparseQStochCodec().decode(Payload(data))
+    g = SparseQStochCodec().decode(Payload(data), max_numel=d)
     if tuple(g.shape) != (d,):
         raise CodecError(f"sparse gradient message of shape {tuple(g.shape)}, expected ({d},)")
     return g.to(dtype)

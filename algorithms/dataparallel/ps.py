@@ -246,7 +246,7 @@ class Master:
         for data in partials:
             self.stats.bits_epoch += 32 * self.prob.d
             self.stats.bytes_total += data.numel()
-            part = wire.decode_dense(data)
+            part = wire.decode_dense(data, self.prob.d)
             total = part if total is None else total + part
         self.g_tilde = self.prob.finish_full_grad(total, self.anchor)
 
@@ -299,7 +299,7 @@ class Master:
     def _grad_bits(self, data: torch.Tensor) -> int:
         d = self.prob.d
         if self.var.sparse:
-            nnz = wire.sparse_nnz(data)
+            nnz = wire.sparse_nnz(data, d)
             self.stats.nnz += nnz
             return wire.sparse_paper_bits(d, nnz, self.st.gbits)
         return wire.dense_paper_bits(d, self.st.gbits)
@@ -312,7 +312,10 @@ class Master:
         self.stats.delay_hist[delay] += 1
         self.stats.bits_up += self._grad_bits(data)
         self.stats.bytes_total += data.numel()
-        g = wire.decode_sparse(data, prob.d, self.x.dtype) if self.var.sparse else wire.decode_dense(data)
+        if self.var.sparse:
+            g = wire.decode_sparse(data, prob.d, self.x.dtype)
+        else:
+            g = wire.decode_dense(data, prob.d)
         u = g + self.g_tilde if self.var.svrg else g
         if self.var.accel:
             self.y = prob.prox(self.y - self.eta * u, self.eta)
@@ -341,12 +344,12 @@ class Worker:
 
     def epoch_start(self, data: torch.Tensor) -> wire.Msg:
         """Store x̃ and return the partial full gradient Σ_{i ∈ partition} ∇ℓ_i(x̃)."""
-        self.anchor = wire.decode_dense(data)
+        self.anchor = wire.decode_dense(data, self.prob.d)
         return wire.full(self.prob.data_grad_sum(self.anchor, self.part))
 
     def compute(self, s: int, j: int, data: torch.Tensor) -> wire.Msg:
         st, prob = self.st, self.prob
-        xhat = self.anchor if wire.is_flag(data) else wire.decode_dense(data)
+        xhat = self.anchor if wire.is_flag(data) else wire.decode_dense(data, prob.d)
         pick = torch.randint(self.part.numel(), (st.batch,), generator=keyed_gen(st.seed, "batch", s, j))
         idx = self.part[pick]
         alpha = prob.batch_grad(xhat, idx)

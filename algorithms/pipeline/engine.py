@@ -66,6 +66,14 @@ class StageLinks:
     def all(self) -> list[Channel]:
         return [c for c in (self.fwd_in, self.bwd_out, self.fwd_out, self.bwd_in) if c is not None]
 
+    def expect(self, stage: Stage, input_ids: torch.Tensor) -> None:
+        """Set the receiving ends' expectations for one micro-batch of ``input_ids``' shape:
+        at most the largest tensor the stage takes in (forward) or hands on (backward)."""
+        if self.fwd_in is not None:
+            self.fwd_in.max_numel = stage.largest_numel(*input_ids.shape, side="input")
+        if self.bwd_in is not None:
+            self.bwd_in.max_numel = stage.largest_numel(*input_ids.shape, side="output")
+
 
 @dataclass
 class Arrival:
@@ -118,6 +126,7 @@ def run_step(comm, stage: Stage, input_ids: torch.Tensor, labels: torch.Tensor,
     device = input_ids.device
     ids = input_ids.chunk(micro_batches)
     labs = labels.chunk(micro_batches)
+    links.expect(stage, ids[0])  # the first chunk is the largest
     saved = {}
     loss_total = 0.0
 
@@ -171,7 +180,7 @@ def evaluate(comm, stage: Stage, input_ids: torch.Tensor, labels: torch.Tensor,
     """Uncompressed forward of one batch; (mean loss, accuracy) on the last stage (next-token
     accuracy for a causal LM, class accuracy for a classifier)."""
     rank, last = comm.rank, comm.world_size - 1
-    link = Channel(wire)
+    link = Channel(wire, max_numel=stage.largest_numel(*input_ids.shape))
     if rank == 0:
         inputs = (input_ids,)
     else:

@@ -164,9 +164,11 @@ class EFChannel(Channel):
         raw = self.memory.raw_rows(key, rows, mb)
         parts = {}
         if bool(raw.any()):
-            parts["raw"] = self.wire.decode(Payload(comm.recv(src, tag=tag))).to(device)
+            got = self.wire.decode(Payload(comm.recv(src, tag=tag)), max_numel=self.max_numel)
+            parts["raw"] = got.to(device)
         if bool((~raw).any()):
-            parts["msg"] = self.codec.decode(Payload(comm.recv(src, tag=tag))).to(device)
+            got = self.codec.decode(Payload(comm.recv(src, tag=tag)), max_numel=self.max_numel)
+            parts["msg"] = got.to(device)
         like = next(iter(parts.values()))
         state = self.memory.get(key, rows, mb, like.new_zeros((len(raw), *like.shape[1:]))).clone()
         raw = raw.to(device)

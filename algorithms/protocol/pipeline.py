@@ -119,6 +119,7 @@ class ProtocolBoundary(Boundary):
 
     def recv(self, comm, channel, src, mb, stage, device) -> Arrival:
         c = channel.recv(comm, src, "act", (mb, 0), device).requires_grad_()
+        self.ids.max_numel = channel.max_numel  # the token ids are smaller than a hidden state
         tokens = self.ids.recv(comm, src, "act", (mb, 1), device)
         x = self.wire.decode(c, tokens)
         if self.gram is not None:

@@ -78,6 +78,10 @@ class Link:
         self.act.send(self.comm, a, dst, "act")
         self.res.send(self.comm, r, dst, "residual")
 
+    def expect(self, max_numel: int) -> None:
+        for channel in (self.act, self.res, self.labels):
+            channel.max_numel = max_numel
+
     def recv(self, src: int, device) -> tuple[torch.Tensor, torch.Tensor]:
         a = self.act.recv(self.comm, src, "act", device=device)
         return a, self.res.recv(self.comm, src, "residual", device=device)
@@ -103,6 +107,8 @@ def sparq(ctx):
     classes = preset.num_labels if preset.task == "classify" else preset.vocab_size
     link = Link(comm, p, torch.empty((), dtype=ctx.dtype).element_size(), classes,
                 family_spec(preset.family).half_dtype)
+    # the receiving ends' expectation: nothing larger than this stage's largest input
+    link.expect(stage.largest_numel(cfg.batch_size, cfg.seq_len))
     ctx.tokens_per_step = cfg.batch_size * cfg.seq_len
     nnz_total = numel_total = 0
     init_head(ctx, [(n, t) for _, n, t in stage.global_named_parameters()])

@@ -88,6 +88,9 @@ from .progress_board import Heartbeat
 HEADER_SLACK = 4096 - FRAME_HEADER_NBYTES
 #: Bytes of posted sends a rank lets the transport hold before it waits for the oldest.
 MAX_IN_FLIGHT_BYTES = 64 << 20
+#: Bytes per rank in one round of the results gather (what a declared size can cost rank 0
+#: before those bytes arrive is one round: world x this).
+GATHER_ROUND_BYTES = 4 << 20
 # This process's Comms with sends posted: held here until those are waited on, so a Comm
 # the program dropped still delivers them (close of any Comm waits for all, see _close_sends).
 _POSTING: set = set()
@@ -342,8 +345,11 @@ class TorchDistComm(Comm):
 
     def _gather_bytes_raw(self, data):
         self._flush_sends()  # a synchronisation point: every send posted before it has completed
-        # Sizes first (bounded before allocating), then every contribution
-        # padded to the largest; rank 0 keeps each rank's declared prefix.
+        # Sizes first (bounded before allocating), then the contributions in rounds of at most
+        # GATHER_ROUND_BYTES per rank, each padded to the round's width; rank 0 keeps each
+        # rank's declared prefix.  What rank 0 holds grows with the bytes that arrived, never
+        # with a number a peer declared: a peer that announces 1 GiB and sends nothing costs
+        # one round's buffers, not a 1 GiB allocation on every rank.
         size = torch.tensor([len(data)], dtype=torch.int64, device=self.device)
         sizes = [torch.empty_like(size) for _ in range(self.world_size)]
         with self._guard("gathering results"):
@@ -354,20 +360,25 @@ class TorchDistComm(Comm):
                 who = "its own result is" if r == self.rank else f"rank {r} declared a result of"
                 raise CommError(f"rank {self.rank}: {who} {k} bytes, above the largest frame "
                                 f"({self.max_frame_bytes} bytes, --max-frame-bytes)")
-        try:  # bounded above; a machine short of memory is still a CommError, not a crash
-            buf = torch.zeros(max(n), dtype=torch.uint8)
-            if data:
-                buf[:len(data)] = torch.frombuffer(bytearray(data), dtype=torch.uint8)
-            buf = self._to_dev(buf)
-            out = [torch.empty_like(buf) for _ in range(self.world_size)] if self.rank == 0 else None
-        except RuntimeError as e:
-            raise CommError(f"rank {self.rank}: cannot allocate {max(n)} bytes per rank for the "
-                            f"results ({str(e).splitlines()[0][:120]})") from e
-        with self._guard("gathering results"):
-            self._wait(dist.gather(buf, out, dst=0, async_op=True), "gathering results")
-        if self.rank != 0:
-            return None
-        return [o[:k].cpu().numpy().tobytes() for o, k in zip(out, n, strict=True)]
+        parts = [bytearray() for _ in n] if self.rank == 0 else None
+        for lo in range(0, max(n), GATHER_ROUND_BYTES):
+            width = min(GATHER_ROUND_BYTES, max(n) - lo)
+            try:  # bounded above; a machine short of memory is still a CommError, not a crash
+                buf = torch.zeros(width, dtype=torch.uint8)
+                mine = data[lo:lo + width]
+                if mine:
+                    buf[:len(mine)] = torch.frombuffer(bytearray(mine), dtype=torch.uint8)
+                buf = self._to_dev(buf)
+                out = [torch.empty_like(buf) for _ in n] if self.rank == 0 else None
+            except RuntimeError as e:
+                raise CommError(f"rank {self.rank}: cannot allocate {width} bytes per rank for the "
+                                f"results ({str(e).splitlines()[0][:120]})") from e
+            with self._guard("gathering results"):
+                self._wait(dist.gather(buf, out, dst=0, async_op=True), "gathering results")
+            if parts is not None:
+                for part, o, k in zip(parts, out, n, strict=True):
+                    part += o[:max(0, min(k - lo, width))].cpu().numpy().tobytes()
+        return None if parts is None else [bytes(part) for part in parts]
 
     def _close_sends(self) -> None:
         super()._close_sends()  # the paced sends still queued are posted first

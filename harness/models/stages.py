@@ -152,6 +152,12 @@ class Stage(nn.Module):
     def output_specs(self, batch: int, seq_len: int) -> tuple[TensorSpec, ...]:
         return tuple(self._spec(n, batch, seq_len) for n in self.output_names)
 
+    def largest_numel(self, batch: int, seq_len: int, side: str = "input") -> int:
+        """Elements of the largest tensor this stage takes in (``side="input"``) or hands on
+        (``"output"``): what a receiving end expects at most (decoders refuse more)."""
+        specs = (self.input_specs if side == "input" else self.output_specs)(batch, seq_len)
+        return max((math.prod(s.shape) for s in specs), default=0)
+
     def boundary_shapes(self, batch: int, seq_len: int) -> dict[str, tuple[int, ...]]:
         """Shapes of what this stage sends on (its outputs), by name."""
         return {s.name: s.shape for s in self.output_specs(batch, seq_len)}
