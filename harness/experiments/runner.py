@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import os
+import resource
 import sys
 import time
 from pathlib import Path
@@ -63,6 +64,12 @@ def check_time_spread(exp: Experiment, tables: list[Table]) -> None:
                                f"spread in {', '.join(map(repr, bare))} (Column(spread=...), harness.stats)")
 
 
+def _cpu_s() -> float:
+    """CPU seconds of this process (threads ranks) and of its finished children (gloo ranks)."""
+    me, kids = resource.getrusage(resource.RUSAGE_SELF), resource.getrusage(resource.RUSAGE_CHILDREN)
+    return me.ru_utime + me.ru_stime + kids.ru_utime + kids.ru_stime
+
+
 def run_experiments(name: str, *, scale: str, out_dir: Path, quiet: bool = False) -> list[Table]:
     chosen = [get_experiment(n) for n in ORDER] if name == "all" else [get_experiment(name)]
     tables = []
@@ -80,7 +87,7 @@ def run_experiments(name: str, *, scale: str, out_dir: Path, quiet: bool = False
     try:
         for i, exp in enumerate(chosen, 1):
             print(f"[{i}/{len(chosen)}] {exp.name}: {exp.summary} ({overall.status()})", flush=True)
-            t0 = time.perf_counter()
+            t0, c0 = time.perf_counter(), _cpu_s()
             overall.begin(exp.name)
             exp_tables = exp.run(scale, out_dir, quiet)
             overall.end(exp.name)
@@ -90,7 +97,8 @@ def run_experiments(name: str, *, scale: str, out_dir: Path, quiet: bool = False
             files = _write_tables(exp.name, exp_tables, out_dir)
             written += files
             tables.extend(exp_tables)
-            print(f"{exp.name}: {time.perf_counter() - t0:.1f} s; tables in {', '.join(files)}", flush=True)
+            print(f"{exp.name}: {time.perf_counter() - t0:.1f} s wall, {_cpu_s() - c0:.1f} CPU-s; "
+                  f"tables in {', '.join(files)}", flush=True)
     finally:
         progress.set_overall(None)
     if _claims._CLAIMS:
