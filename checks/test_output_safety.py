@@ -330,6 +330,14 @@ def test_a_reproduce_stopped_half_way_leaves_its_directory_marked_and_unread(tmp
     assert main(["table", str(out / "stub" / "runs"), "--format", "md"]) == 0
 
 
+def _sigint_default():
+    """In the child: ^C's default action, as in a terminal.  A job started in the background by a
+    non-interactive shell inherits SIGINT ignored, and Python then keeps ignoring it."""
+    import signal
+
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+
+
 def test_ctrl_c_stops_reproduce_promptly_with_a_message(tmp_path):
     import signal
     import time
@@ -337,7 +345,7 @@ def test_ctrl_c_stops_reproduce_promptly_with_a_message(tmp_path):
     out = tmp_path / "exports"
     p = subprocess.Popen([sys.executable, "-m", "harness.cli", "reproduce", "clapping", "--out-dir", str(out),
                           "--quiet"], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                         start_new_session=True)
+                         start_new_session=True, preexec_fn=_sigint_default)
     try:
         end = time.monotonic() + 120
         while not (out / "INCOMPLETE").exists():  # polling with a deadline: the run has begun
