@@ -46,10 +46,12 @@ def test_1f1b_equals_gpipe_on_threads(name, world):
 
 @pytest.mark.gloo
 @pytest.mark.slow
-@pytest.mark.parametrize("world", [2, 3])
 @pytest.mark.parametrize("name", list(ALGOS))
-def test_1f1b_equals_gpipe_on_gloo(name, world):
-    _check(name, world, "gloo")
+def test_1f1b_on_gloo_equals_gpipe_on_threads(name):
+    # one gloo run each: 3 stages have both end stages and a middle one, so 1F1B's interleaved
+    # sends and receives meet the transport in every order; GPipe on threads is the reference
+    # the threads check above ties to 1F1B on threads
+    assert _fingerprint(name, 3, "gloo", "1f1b") == _fingerprint(name, 3, "threads", "gpipe")
 
 
 def test_1f1b_pipeline_equals_the_one_process_reference():
