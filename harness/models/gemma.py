@@ -97,6 +97,9 @@ def load(dtype=None):
 
     from .pretrained import checkpoint_dir, tokenizer
 
+    from .weights import _quiet_loading
+
     path = checkpoint_dir("gemma3-270m")
-    model = AutoModelForCausalLM.from_pretrained(path, dtype=dtype or torch.float32, local_files_only=True)
+    with _quiet_loading(errors_only=False):  # no progress bar: a long job's output stays its own
+        model = AutoModelForCausalLM.from_pretrained(path, dtype=dtype or torch.float32, local_files_only=True)
     return model, tokenizer("gemma3-270m")
