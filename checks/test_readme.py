@@ -10,13 +10,14 @@ fails the check, and so does an ``EXPENSIVE`` entry that no README line has.
 from __future__ import annotations
 
 import os
-import re
 import shlex
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
+
+from scripts import readme_walkthrough as _walkthrough  # its parser: one reading of the README
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -40,14 +41,7 @@ EXPENSIVE = {
 
 
 def readme_commands() -> list[str]:
-    text = (ROOT / "README.md").read_text()
-    cmds = []
-    for block in re.findall(r"```sh\n(.*?)```", text, re.S):
-        for line in block.splitlines():
-            line = re.sub(r"\s+#.*$", "", line).strip()
-            if line and not line.startswith("#"):
-                cmds.append(line)
-    return cmds
+    return _walkthrough.readme_commands(ROOT / "README.md")
 
 
 def _argv(cmd: str) -> list[str]:
