@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import argparse
 import re
+import resource
 import subprocess
 import sys
 import time
@@ -33,6 +34,12 @@ def readme_commands(readme: Path) -> list[str]:
             if line and not line.startswith("#"):
                 cmds.append(line)
     return cmds
+
+
+def _children_cpu_s() -> float:
+    """User + system CPU seconds of the finished commands (and their processes)."""
+    r = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return r.ru_utime + r.ru_stime
 
 
 def _last_line(text: str) -> str:
@@ -59,11 +66,11 @@ def main(argv: list[str] | None = None) -> int:
     for i, cmd in enumerate(readme_commands(ROOT / "README.md"), 1):
         why = next((w for k, w in skips.items() if k in cmd), None)
         if why is not None:
-            rows.append((i, cmd, "skipped", "", why))
+            rows.append((i, cmd, "skipped", "", "", why))
             print(f"[{i}] skipped: {cmd} ({why})", flush=True)
             continue
         print(f"[{i}] $ {cmd}", flush=True)
-        t0 = time.monotonic()
+        t0, c0 = time.monotonic(), _children_cpu_s()
         serves = any(s in cmd for s in SERVES)
         with subprocess.Popen(["bash", "-c", cmd], stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
                               text=True, start_new_session=True) as p:
@@ -74,15 +81,15 @@ def main(argv: list[str] | None = None) -> int:
                 p.terminate()
                 out, _ = p.communicate()
                 status = f"serving, stopped after {SERVE_S} s"
-        took = time.monotonic() - t0
+        took, cpu = time.monotonic() - t0, _children_cpu_s() - c0
         if a.log_dir is not None:
             (a.log_dir / f"{i:02d}.log").write_text(f"$ {cmd}\n{out}")
-        rows.append((i, cmd, status, f"{took:.0f}", _last_line(out)))
-        print(f"[{i}] exit {status} after {took:.0f} s: {_last_line(out)}", flush=True)
-    print("\n| # | command | exit status | wall s | last line of output / why not run |")
-    print("|---|---|---|---|---|")
-    for i, cmd, status, took, note in rows:
-        print(f"| {i} | `{cmd}` | {status} | {took} | {note.replace('|', '/')} |")
+        rows.append((i, cmd, status, f"{took:.0f}", f"{cpu:.0f}", _last_line(out)))
+        print(f"[{i}] exit {status} after {took:.0f} s wall, {cpu:.0f} CPU-s: {_last_line(out)}", flush=True)
+    print("\n| # | command | exit status | wall s | CPU s | last line of output / why not run |")
+    print("|---|---|---|---|---|---|")
+    for i, cmd, status, took, cpu, note in rows:
+        print(f"| {i} | `{cmd}` | {status} | {took} | {cpu} | {note.replace('|', '/')} |")
     failed = [r for r in rows if r[2] not in ("0", "skipped") and not r[2].startswith("serving")]
     print(f"\n{len(rows)} commands: {sum(r[2] == '0' for r in rows)} exit 0, "
           f"{sum(r[2] == 'skipped' for r in rows)} skipped, {len(failed)} non-zero")
