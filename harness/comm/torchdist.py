@@ -125,7 +125,8 @@ class _PeerReceiver:
         self._jobs: queue.SimpleQueue = queue.SimpleQueue()
         # daemon: a receive still blocked in the transport when the program ends must not
         # hold the process (its wait is bounded by the timeout anyway)
-        threading.Thread(target=self._run, name=f"rank{comm.rank}-recv-from-{src}", daemon=True).start()
+        self._thread = threading.Thread(target=self._run, name=f"rank{comm.rank}-recv-from-{src}", daemon=True)
+        self._thread.start()
 
     def post(self, taghash: int) -> Future:
         done: Future = Future()
@@ -134,6 +135,11 @@ class _PeerReceiver:
 
     def stop(self) -> None:
         self._jobs.put(None)
+
+    def join(self, timeout_s: float) -> bool:
+        """Wait until the thread has left the transport (after ``stop``); False if it has not."""
+        self._thread.join(timeout_s)
+        return not self._thread.is_alive()
 
     def _run(self) -> None:
         hbuf = self._comm._header_buffer()  # its own: the rank's thread may receive from another peer
@@ -391,14 +397,20 @@ class TorchDistComm(Comm):
             _POSTING.discard(comm)
 
     def close(self):
-        for receiver in self._receivers.values():
+        receivers = list(self._receivers.values())
+        for receiver in receivers:
             receiver.stop()
         self._receivers.clear()
         super().close()
+        # A receiver thread still inside gloo when the group is destroyed could take the
+        # process down with it: they finish their posted receives first (each bounded by the
+        # timeout; none is left in a program that took every receive it posted).  One that
+        # does not end keeps the group alive; the process's exit ends both.
+        left = [r for r in receivers if not r.join(self.timeout_s)]
         if self._heartbeat is not None:
             self._heartbeat.stop()
             self._heartbeat = None
             self.board.close()
             self.board = None
-        if dist.is_initialized():
+        if dist.is_initialized() and not left:
             dist.destroy_process_group()
