@@ -397,7 +397,7 @@ def _where(s: Table2Setting) -> str:
 
 def _residual(sq, base_bytes: float) -> str:
     sq_all, res = _m(sq, "payload_bytes_per_step"), _tag(sq, "residual")
-    return (f"SparQ's fp16 residual {res:,.0f} B/step = {res / sq_all:.0%} of its bytes "
+    return (f"SparQ's 16-bit residual {res:,.0f} B/step = {res / sq_all:.0%} of its bytes "
             f"({1 - (sq_all - res) / base_bytes:.1%} saved without it)")
 
 
@@ -458,7 +458,7 @@ def comm_claims(recs: dict, s: Table2Setting, paper: dict, src: str, where: str)
         "(the paper's mean over the rows)",
         f"{paper['comm_sparq_vs_zo_mean']:.3f} mean, {paper['comm_sparq_vs_zo_median']:.3f} median [0.161]",
         f"{v.value:.3f}", v.holds,
-        f"Comm-metered payload bytes per step: SparQ {comm['sq']:,.0f} B (quantised activation, fp16 residual, "
+        f"Comm-metered payload bytes per step: SparQ {comm['sq']:,.0f} B (quantised activation, 16-bit residual (fp16; bf16 on Gemma-3), "
         f"labels, P scalars) over the ZO pipeline {comm['zo']:,.0f} B (raw dense activation and residual, the "
         f"same split, P, labels and scalars); {_residual(sq, comm['zo'])}; {where}",
         precondition=v.precondition, value=v.value)]
