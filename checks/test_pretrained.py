@@ -199,13 +199,13 @@ def test_probe_head_reproduces_the_fitted_logistic_regression(monkeypatch, tmp_p
 
     from harness import heldout
 
-    monkeypatch.setattr(heldout, "PROBE_ROWS", 48)
+    monkeypatch.setattr(heldout, "PROBE_ROWS", 80)  # two of the fit's 64-row feature batches
     monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))
     heldout.probe_head.cache_clear()
     w, b = heldout.fit_probe_head(MODEL, "tweets-sentiment", 24)
     ds, net = _tweets(), build_model(MODEL, seed=0).eval()
     ids, labels = ds.encoded("train", MODEL, 24)
-    rows = ds.order("train", seed=0, epoch=0)[:48]
+    rows = ds.order("train", seed=0, epoch=0)[:80]
     x = ids[rows]
     with torch.no_grad():
         feats = net.bert(input_ids=x, attention_mask=x.ne(0).long()).pooler_output.double()
@@ -215,7 +215,8 @@ def test_probe_head_reproduces_the_fitted_logistic_regression(monkeypatch, tmp_p
     cached = heldout.probe_head(MODEL, "tweets-sentiment", 24)  # computes and stores
     heldout.probe_head.cache_clear()
     again = heldout.probe_head(MODEL, "tweets-sentiment", 24)  # reads the stored file
-    assert heldout._cache_path(MODEL, "tweets-sentiment", 24).is_file()
+    stored = heldout._cache_path(MODEL, "tweets-sentiment", 24)
+    assert stored.is_file() and stored.is_relative_to(tmp_path)  # under $XDG_CACHE_HOME
     for a, c, d in zip((w, b), cached, again, strict=True):
         assert torch.equal(a, c) and torch.equal(c, d)
     heldout.probe_head.cache_clear()
