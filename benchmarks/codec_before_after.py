@@ -2,8 +2,8 @@
 
 Extract the other commit's codec package first (it imports only itself)::
 
-    mkdir -p /tmp/old && git archive BASE algorithms/codecs | tar -x -C /tmp/old
-    python3 -m benchmarks.codec_before_after /tmp/old/algorithms/codecs [--threads 1] [--repeats 9]
+    mkdir -p old-codecs && git archive BASE algorithms/codecs | tar -x -C old-codecs
+    python3 -m benchmarks.codec_before_after old-codecs/algorithms/codecs [--threads 1] [--repeats 9]
 
 Every repeat times ``torch.clone`` and each encoder once (the least of three
 back-to-back runs, by CPU time), old and new in turn, on the 4M-element float32

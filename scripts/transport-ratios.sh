@@ -29,7 +29,7 @@ job() {  # job NAME "DIR MODULE ARGS" ...: one after the other, each in its DIR,
     next=$((next + 2))
     (for cmd in "$@"; do
         read -r dir mod <<< "$cmd"
-        echo "== $dir: python -m $mod"
+        echo "== $([ "$dir" = "$after" ] && echo this-tree || echo before-tree): python -m $mod"  # no machine path in the outputs
         # shellcheck disable=SC2086
         (cd "$dir" && PYTHONUNBUFFERED=1 OMP_NUM_THREADS=1 PYTHONPATH="$dir" taskset -c "$cores" \
             timeout "${JOB_TIMEOUT:-540}" "$py" -m $mod 2>&1)
