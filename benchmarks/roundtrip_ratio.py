@@ -72,9 +72,9 @@ def _rank(rank: int, port: int, sizes: list[int], rounds: int, repeats: int, q) 
             _comm_round(comm, t, rank)
         for _ in range(repeats):
             dist.barrier()
-            raw = _timed(lambda: _raw_round(t, buf, rank), rounds)
+            raw = _timed(lambda t=t, buf=buf: _raw_round(t, buf, rank), rounds)
             dist.barrier()
-            com = _timed(lambda: _comm_round(comm, t, rank), rounds)
+            com = _timed(lambda t=t: _comm_round(comm, t, rank), rounds)
             dist.barrier()
             # a burst: the time to hand off BURST messages (the receiver drains them after)
             if rank == 0:

@@ -289,7 +289,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--in-process", action="store_true", help=argparse.SUPPRESS)
     args = ap.parse_args(argv)
     if args.list:
-        for name, (files, tests) in PROFILES.items():
+        for name, (files, _) in PROFILES.items():
             print(f"{name:16s} {' '.join(files)}  <-  {' '.join(_selection(name))}")
         return 0
     for name in args.profiles:

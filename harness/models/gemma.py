@@ -96,7 +96,6 @@ def load(dtype=None):
     from transformers import AutoModelForCausalLM
 
     from .pretrained import checkpoint_dir, tokenizer
-
     from .weights import _quiet_loading
 
     path = checkpoint_dir("gemma3-270m")
