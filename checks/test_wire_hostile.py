@@ -40,7 +40,7 @@ from algorithms.codecs._core import (
 )
 from harness.comm import CommError, ThreadsWorld
 from harness.comm.base import FRAME_END, FRAME_MAGIC, tag_hash
-from harness.comm.torchdist import BODY_SLACK, HEADER_SLACK
+from harness.comm.torchdist import BODY_SLACK, FIRST_BUFFER_NBYTES, INLINE_MAX_PAYLOAD
 
 from ._gloo import run_gloo
 
@@ -109,21 +109,31 @@ def test_send_refuses_a_message_above_the_maximum_frame_size():
 
 # gloo: rank 1 sends raw transport messages, rank 0 receives through the Comm.  Each
 # case consumes exactly the messages sent, so the pair stays in step and one group
-# serves all cases.
+# serves all cases.  A frame of up to INLINE_MAX_PAYLOAD bytes is one message (header,
+# payload, end marker); a larger one is the header, then the body.
+_BIG = INLINE_MAX_PAYLOAD + 1
 _GLOO_CASES = (
     ("short header", [_header(3)[:10]]),
-    ("long header", [_header(3) + b"\x01\x02\x03"]),
     ("oversize", [_header(2**40)]),
-    ("bad magic", [_header(3, magic=b"ab")]),
-    ("short body", [_header(300), bytes(100) + FRAME_END]),
-    ("long body", [_header(3), b"abc" + FRAME_END + bytes(BODY_SLACK)]),  # the most gloo lets us see
-    ("no end marker", [_header(3), b"abcde"]),
-    ("a body where a header is due", [b"abc" * 100 + FRAME_END]),
-    ("long header, the most gloo lets us see", [_header(3) + bytes(HEADER_SLACK)]),
+    ("bad magic", [_header(3, magic=b"ab") + b"abc" + FRAME_END]),
+    ("inline frame without its payload", [_header(3)]),
+    ("short inline frame", [_header(300) + bytes(100) + FRAME_END]),
+    ("short inline frame by one byte", [_header(3) + b"abc" + FRAME_END[:1]]),
+    ("inline frame without an end marker", [_header(3) + b"abcde"]),
+    ("long inline frame by one byte", [_header(3) + b"abc" + FRAME_END + b"\x00"]),
     # extra bytes equal to what a fixed guard would be: the guard is random, so still caught
-    ("long body of 0xA5", [_header(3), b"abc" + FRAME_END + bytes([0xA5] * 8)]),
-    ("long body by one byte", [_header(3), b"abc" + FRAME_END + b"\x00"]),
-    ("long header of 0xA5", [_header(3) + bytes([0xA5] * 8)]),
+    ("long inline frame of 0xA5", [_header(3) + b"abc" + FRAME_END + bytes([0xA5] * 8)]),
+    ("inline frame filling the first buffer, the most gloo lets us see",
+     [_header(3) + b"abc" + FRAME_END + bytes(FIRST_BUFFER_NBYTES - 19)]),
+    ("a body where a header is due", [b"abc" * 100 + FRAME_END]),
+    # refused at the header: its body is never sent
+    ("long header of a large frame", [_header(_BIG) + b"\x01\x02\x03"]),
+    ("long header of a large frame, of 0xA5", [_header(_BIG) + bytes([0xA5] * 8)]),
+    ("short body", [_header(_BIG), bytes(_BIG - 1) + FRAME_END]),
+    ("long body", [_header(_BIG), bytes(_BIG) + FRAME_END + bytes(BODY_SLACK)]),  # the most gloo lets us see
+    ("body without an end marker", [_header(_BIG), bytes(_BIG + 2)]),
+    ("long body of 0xA5", [_header(_BIG), bytes(_BIG) + FRAME_END + bytes([0xA5] * 8)]),
+    ("long body by one byte", [_header(_BIG), bytes(_BIG) + FRAME_END + b"\x00"]),
 )
 
 
@@ -142,10 +152,13 @@ def _gloo_hostile(comm):
             except CommError as e:
                 out.append(str(e))
         comm.barrier()
-    if comm.rank == 1:  # the Comm still works afterwards: a well-formed frame
+    big = (torch.arange(_BIG + 5) % 251).to(torch.uint8)
+    if comm.rank == 1:  # the Comm still works afterwards: well-formed frames, inline and large
         comm.send(torch.arange(5, dtype=torch.uint8), 0)
+        comm.send(big, 0)
     else:
         out.append(comm.recv(1).tolist())
+        out.append(torch.equal(comm.recv(1), big))
     # a Comm whose maximum frame is far above this machine's memory: the receive
     # buffer follows the announced size, so nothing of the maximum is reserved
     from harness.comm.torchdist import TorchDistComm
@@ -163,7 +176,7 @@ def test_gloo_malformed_frames_are_comm_errors_not_aborts():
     res = run_gloo(2, _gloo_hostile, timeout_s=30)[0]
     for (name, _), msg in zip(_GLOO_CASES, res, strict=False):
         assert "rank 1" in msg and "rank 0" in msg, (name, msg)
-    assert res[len(_GLOO_CASES):] == [[0, 1, 2, 3, 4], True]
+    assert res[len(_GLOO_CASES):] == [[0, 1, 2, 3, 4], True, True]
 
 
 def _gloo_gather_bomb(comm):
@@ -192,8 +205,8 @@ def _gloo_too_long(comm):
     import torch.distributed as dist
 
     if comm.rank == 1:
-        dist.send(torch.frombuffer(bytearray(_header(3)), dtype=torch.uint8), 0)
-        dist.send(torch.zeros(3 + len(FRAME_END) + BODY_SLACK + 1, dtype=torch.uint8), 0)
+        dist.send(torch.frombuffer(bytearray(_header(_BIG)), dtype=torch.uint8), 0)
+        dist.send(torch.zeros(_BIG + len(FRAME_END) + BODY_SLACK + 1, dtype=torch.uint8), 0)
     else:
         comm.recv(1)
     return "not reached on rank 0"

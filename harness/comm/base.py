@@ -64,10 +64,11 @@ def tag_hash(tag: str) -> int:
 
 
 # ---- frame protocol --------------------------------------------------------
-# A point-to-point message travels as two transport messages:
+# A point-to-point message is a frame:
 #   header  (14 bytes): uint32 tag hash, uint64 payload length n, magic b"\xcb\xf1"
 #   body    (n + 2 bytes): the payload, then the end marker b"\xcb\xe0"
-# (16 framing bytes in all, FRAME_HEADER_BYTES).  Each ends in a fixed nonzero
+# (16 framing bytes in all, FRAME_HEADER_BYTES); how a backend splits it into
+# transport messages is its own (torchdist: one message for a small frame, two else).  Each ends in a fixed nonzero
 # byte pair, so a receiver that clears those two bytes before the transport
 # writes into its buffer sees a message that came up short: they are still zero.
 # The receiver checks n against the maximum frame size (max_frame_bytes, a run

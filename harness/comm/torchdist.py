@@ -2,8 +2,11 @@
 
 One process per rank.  Point-to-point messages are framed (the frame protocol
 in ``base``: a 14-byte header with tag hash, length and magic, then the payload
-with a 2-byte end marker; an empty payload is the header alone), so a receiver needs no prior knowledge of the size
-and a protocol mismatch is caught, not decoded.
+with a 2-byte end marker), so a receiver needs no prior knowledge of the size
+and a protocol mismatch is caught, not decoded.  A frame of up to
+``INLINE_MAX_PAYLOAD`` payload bytes travels as one transport message (header,
+payload, end marker); a larger one as two (the header, then payload and end
+marker), so its body's buffer is sized by what the header announced.
 
 What gloo allows a receiver to check: it accepts a message shorter than the
 posted buffer (leaving the buffer's tail untouched) and aborts the whole
@@ -11,31 +14,36 @@ process on a longer one (an enforce failure in its own thread, which no Python
 code can catch), and it does not say how many bytes arrived.  So every receive
 is posted with the size the protocol fixes plus slack bytes after it:
 
-* the header into a buffer of 14 + ``HEADER_SLACK`` bytes (one per Comm, and
-  one per peer receiver thread: receives posted ahead, ``Comm.irecv``, run the
-  same receive on a thread per peer, :class:`_PeerReceiver`);
-* the body into a new buffer of exactly the length that header announced, once
-  the header passed its checks (magic, tag, ``n <= max_frame_bytes``), plus
-  2 end-marker bytes and ``BODY_SLACK`` bytes.
+* a frame's first message into a buffer of ``FIRST_BUFFER_NBYTES`` (one per Comm,
+  and one per peer receiver thread: receives posted ahead, ``Comm.irecv``, run the
+  same receive on a thread per peer, :class:`_PeerReceiver`): the header, and the
+  payload and end marker when the header announces an inline frame;
+* a large frame's body into a new buffer of exactly the length that header
+  announced, once the header passed its checks (magic, tag, ``n <= max_frame_bytes``),
+  plus 2 end-marker bytes and ``BODY_SLACK`` bytes.
 
-The end-marker slot is cleared and the whole slack filled with random guard
-bytes (drawn per Comm, never sent, so a sender cannot predict them) first: a
-short message leaves a zero in the marker, a long one (by at most the slack)
-changes the guard, and both are a CommError naming the peer.  A sender
+Before each receive the bytes a message may leave untouched are set so that a
+message of another length is seen: the first buffer is filled with the Comm's
+random guard bytes (drawn per Comm, never sent, so a sender cannot predict
+them; none equals a byte of the end marker, and the magic's slot is zero), a
+body buffer's end-marker slot is cleared and its slack guarded.  A short
+message leaves guard or zero where the magic or end marker belongs, a long one
+(by at most the slack) changes the guard after the expected end, and both are a
+CommError naming the peer.  A sender
 following the protocol never sends more than its header announced, and refuses
 a payload above ``max_frame_bytes`` itself (``Comm.send``), so gloo never sees a
-message longer than the buffer posted for it.  The receive buffer is sized by
+message longer than the buffer posted for it.  A body's receive buffer is sized by
 the announced length, never by ``max_frame_bytes``: memory is spent only on
 messages that arrive, and a large ``max_frame_bytes`` reserves nothing.
 
 What this cannot protect against is a peer that does not follow the protocol:
 a raw gloo message longer than the buffer posted for it (a body more than
-``BODY_SLACK`` bytes longer than its header said, or more than ``HEADER_SLACK``
-bytes arriving where a header is due) still ends the receiving process inside
+``BODY_SLACK`` bytes longer than its header said, or more than
+``FIRST_BUFFER_NBYTES`` bytes arriving where a frame's first message is due) still ends the receiving process inside
 gloo; the launcher then reports that rank as dead without a report.  Gloo
 offers no way to learn a message's size before posting a buffer for it
 (``checks/test_wire_hostile.py`` pins this limit).
-Sends are posted, not waited on (``_send_frame``): the frame's two messages
+Sends are posted, not waited on (``_send_frame``): the frame's messages
 own their buffers, gloo keeps them in order per peer, and the Comm waits for
 them only when more than ``max_in_flight_bytes`` are in flight (oldest first),
 at every collective and barrier (a synchronisation point), and at close, so a
@@ -62,6 +70,7 @@ from collections import deque
 from concurrent.futures import Future
 from dataclasses import dataclass
 
+import numpy as np
 import torch
 import torch.distributed as dist
 
@@ -81,11 +90,20 @@ from .progress_board import Heartbeat
 # Control-plane gathers (rank outputs) are bounded by the Comm's max_frame_bytes,
 # checked on every rank before anything is allocated: a peer's declared size is
 # not trusted, and a rank whose own output is larger says so before sending.
-# Bytes posted after a message's expected end: a longer message by up to this
-# many is a CommError, a longer one still aborts inside gloo (module docstring).
-# The body's slack is small because the received payload is a view of its buffer
-# (no copy), so the slack is part of what the tensor memory meter counts.
-HEADER_SLACK = 4096 - FRAME_HEADER_NBYTES
+
+#: The buffer a frame's first message is received into.  A frame whose header, payload,
+#: end marker and guard fit travels as that one message: half the transport calls of
+#: two, for the small frames (activations of a few micro-batch rows, control frames)
+#: whose cost is per message, not per byte.  A larger first message aborts inside gloo.
+FIRST_BUFFER_NBYTES = 64 << 10
+# Bytes posted after a large frame's body: a longer body by up to this many is a
+# CommError, a longer one still aborts inside gloo (module docstring).  Small because the
+# received payload is a view of its buffer (no copy), so the slack is part of what the
+# tensor memory meter counts.
+BODY_SLACK = 64
+_CHECKED = 8  # the slack bytes guarded: a longer message overwrites them first
+#: The largest payload sent inline (in the frame's one message).
+INLINE_MAX_PAYLOAD = FIRST_BUFFER_NBYTES - FRAME_HEADER_NBYTES - FRAME_END_NBYTES - _CHECKED
 #: Bytes of posted sends a rank lets the transport hold before it waits for the oldest.
 MAX_IN_FLIGHT_BYTES = 64 << 20
 #: Bytes per rank in one round of the results gather (what a declared size can cost rank 0
@@ -104,9 +122,20 @@ class _Posted:
     bufs: list[torch.Tensor]
     what: str
     nbytes: int
-BODY_SLACK = 64
-_CHECKED = 8  # the slack bytes guarded: a longer message overwrites them first
+
+
 _END = torch.frombuffer(bytearray(FRAME_END), dtype=torch.uint8)
+_MAGIC_SLOT = slice(FRAME_HEADER_NBYTES - 2, FRAME_HEADER_NBYTES)
+
+
+def _first_buffer_guard() -> np.ndarray:
+    """Random bytes for the first buffer: none is a byte of the end marker (so no window of a
+    short message's tail reads as one), and the magic's slot is zero (a short header fails there)."""
+    g = np.frombuffer(bytearray(os.urandom(FIRST_BUFFER_NBYTES)), dtype=np.uint8)
+    for b in FRAME_END:
+        g[g == b] ^= 1
+    g[_MAGIC_SLOT] = 0
+    return g
 
 
 class _PeerReceiver:
@@ -142,7 +171,7 @@ class _PeerReceiver:
         return not self._thread.is_alive()
 
     def _run(self) -> None:
-        hbuf = self._comm._header_buffer()  # its own: the rank's thread may receive from another peer
+        hbuf = self._comm._first_buffer()  # its own: the rank's thread may receive from another peer
         while (job := self._jobs.get()) is not None:
             done, taghash = job
             try:
@@ -184,12 +213,13 @@ class TorchDistComm(Comm):
         self.backend = backend
         self.device = torch.device("cuda", torch.cuda.current_device()) if backend == "nccl" else torch.device("cpu")
         self._timeout = _dt.timedelta(seconds=self.timeout_s)
-        # the header's receive buffer, reused (allocated here, before any meter starts); a peer's
-        # receiver thread has its own (_PeerReceiver)
-        self._hbuf = self._header_buffer()
+        # the guard bytes written before every receive (module docstring): random, never sent
+        self._first_guard = _first_buffer_guard()  # on the host: copied into a device's buffer
+        self._slack_guard = torch.from_numpy(self._first_guard[-_CHECKED:].copy())
+        # a frame's first message's receive buffer, reused (allocated here, before any meter
+        # starts); a peer's receiver thread has its own (_PeerReceiver)
+        self._hbuf = self._first_buffer()
         self._receivers: dict[int, _PeerReceiver] = {}  # started by a peer's first posted receive
-        # the guard written into the slack before every receive: random, never sent
-        self._slack_guard = os.urandom(_CHECKED)
         self._heartbeat = Heartbeat(self.board, self.rank) if self.board is not None else None
         self._sends: deque[_Posted] = deque()  # posted sends not yet waited on, oldest first
         self._sends_bytes = 0
@@ -220,17 +250,25 @@ class TorchDistComm(Comm):
         return t.to(self.device, non_blocking=False) if t.device != self.device else t
 
     def _send_frame(self, data, dst, taghash):
-        # Posted, not waited on: the frame's two messages own their buffers (the payload is
-        # copied next to its end marker, so the caller may reuse its tensor at once) and
-        # gloo keeps their order per peer.  They are waited on when the bytes in flight
-        # pass the bound, and at every collective and barrier (_flush_sends).
+        # Posted, not waited on: the frame's messages own their buffers (the payload is
+        # copied next to its header or end marker, so the caller may reuse its tensor at
+        # once) and gloo keeps their order per peer.  They are waited on when the bytes in
+        # flight pass the bound, and at every collective and barrier (_flush_sends).
         self._reap_sends()
-        header = torch.frombuffer(bytearray(pack_frame_header(data.numel(), taghash)), dtype=torch.uint8)
-        body = torch.empty(data.numel() + FRAME_END_NBYTES, dtype=torch.uint8)
-        body[: data.numel()] = data.cpu()
-        body[data.numel():] = _END
+        n = data.numel()
+        header = torch.frombuffer(bytearray(pack_frame_header(n, taghash)), dtype=torch.uint8)
+        if n <= INLINE_MAX_PAYLOAD:  # one message: header, payload, end marker
+            frame = torch.empty(FRAME_HEADER_NBYTES + n + FRAME_END_NBYTES, dtype=torch.uint8)
+            frame[:FRAME_HEADER_NBYTES] = header
+            frame[FRAME_HEADER_NBYTES:-FRAME_END_NBYTES] = data.cpu()
+            frame[-FRAME_END_NBYTES:] = _END
+            bufs = [self._to_dev(frame)]
+        else:
+            body = torch.empty(n + FRAME_END_NBYTES, dtype=torch.uint8)
+            body[:n] = data.cpu()
+            body[n:] = _END
+            bufs = [self._to_dev(header), self._to_dev(body)]
         what = f"send to rank {dst}"
-        bufs = [self._to_dev(header)] + ([self._to_dev(body)] if data.numel() else [])  # empty: header alone
         with self._guard(what):
             works = [dist.isend(b, dst) for b in bufs]
         nbytes = sum(b.numel() for b in bufs)
@@ -259,34 +297,46 @@ class TorchDistComm(Comm):
         while self._sends:
             self._finish_oldest_send()
 
-    def _recv_message(self, buf: torch.Tensor, expect: int, src: int | None, what: str) -> int:
-        """Receive one transport message that should be ``expect`` bytes ending in a
-        nonzero marker into ``buf`` (``expect`` plus slack bytes); returns its source.
-
-        The caller checks the marker in ``buf[expect-2:expect]``.  The marker slot is
-        cleared and the slack filled with the Comm's random guard first, so a short message
-        leaves a zero there and a long one changes the guard.
-        """
-        buf[expect - 2: expect] = 0
-        guard = torch.frombuffer(bytearray(self._slack_guard), dtype=torch.uint8).to(buf.device)
-        buf[expect: expect + _CHECKED] = guard
+    def _recv_message(self, buf: torch.Tensor, src: int | None, what: str) -> int:
+        """Receive one transport message into ``buf``; returns its source."""
         with self._guard(what):
             work = dist.irecv(buf, src=src)
             self._wait(work, what)
-            got = int(work._source_rank()) if src is None else src
-        # a longer message overwrites the slack from its start, so its first bytes decide
-        if not torch.equal(buf[expect: expect + _CHECKED], guard):
-            raise CommError(f"rank {self.rank}: message from rank {got} is longer than the "
-                            f"{expect} bytes its frame announced")
-        return got
+            return int(work._source_rank()) if src is None else src
 
-    def _header_buffer(self) -> torch.Tensor:
-        return torch.empty(FRAME_HEADER_NBYTES + HEADER_SLACK, dtype=torch.uint8, device=self.device)
+    def _check_guard(self, got: np.ndarray, guard: np.ndarray, src: int, end: int) -> None:
+        # a longer message overwrites the bytes after its expected end from their start
+        if not np.array_equal(got, guard):
+            raise CommError(f"rank {self.rank}: message from rank {src} is longer than the "
+                            f"{end} bytes its frame announced")
 
-    def _recv_header(self, src: int | None, what: str, hbuf: torch.Tensor | None = None) -> tuple[int, bytes]:
+    def _first_buffer(self) -> torch.Tensor:
+        return torch.empty(FIRST_BUFFER_NBYTES, dtype=torch.uint8, device=self.device)
+
+    def _recv_first(self, src: int | None, taghash: int, what: str,
+                    hbuf: torch.Tensor | None = None) -> tuple[int, int, torch.Tensor | None]:
+        """A frame's first message: (source, payload length, the payload if it came inline)."""
         hbuf = self._hbuf if hbuf is None else hbuf
-        got = self._recv_message(hbuf, FRAME_HEADER_NBYTES, src, what)
-        return got, bytes(hbuf[:FRAME_HEADER_NBYTES].cpu().numpy())
+        on_host = self.device.type == "cpu"
+        # The checks read numpy views on the host: no tensor op (and no tensor the memory
+        # meter would count) per check; the payload's copy is the one tensor a receive makes.
+        if on_host:
+            np.copyto(hbuf.numpy(), self._first_guard)
+        else:
+            hbuf.copy_(torch.from_numpy(self._first_guard))
+        got = self._recv_message(hbuf, src, what)
+        view = hbuf.numpy() if on_host else hbuf.cpu().numpy()
+        n = parse_frame_header(view[:FRAME_HEADER_NBYTES].tobytes(), rank=self.rank, src=got,
+                               taghash=taghash, max_frame_bytes=self.max_frame_bytes)
+        end = FRAME_HEADER_NBYTES
+        if n <= INLINE_MAX_PAYLOAD:  # the payload and its end marker came with the header
+            end += n
+            check_frame_end(view[end: end + FRAME_END_NBYTES].tobytes(), rank=self.rank, src=got, nbytes=n)
+            end += FRAME_END_NBYTES
+        self._check_guard(view[end: end + _CHECKED], self._first_guard[end: end + _CHECKED], got, end)
+        if n > INLINE_MAX_PAYLOAD:  # the header alone; the body follows
+            return got, n, None
+        return got, n, torch.from_numpy(view[FRAME_HEADER_NBYTES: FRAME_HEADER_NBYTES + n]).clone()
 
     def _post_recv_frame(self, src, taghash):
         if src not in self._receivers:
@@ -294,32 +344,32 @@ class TorchDistComm(Comm):
         return self._receivers[src].post(taghash)
 
     def _recv_frame(self, src, taghash, hbuf: torch.Tensor | None = None):
-        _, header = self._recv_header(src, f"recv from rank {src}", hbuf)
-        return self._recv_body(header, src, taghash)
+        _, n, payload = self._recv_first(src, taghash, f"recv from rank {src}", hbuf)
+        return payload if payload is not None else self._recv_body(n, src)
 
     def _recv_any_frame(self, srcs, taghash):
-        # The header from any source (gloo's recv-from-any-source), then the body
+        # The first message from any source (gloo's recv-from-any-source), then the body
         # from that source: per-pair FIFO order keeps header and body together.
         what = f"recv from any of ranks {srcs}"
-        src, header = self._recv_header(None, what)
+        src, n, payload = self._recv_first(None, taghash, what)
         if src not in srcs:
             raise CommError(f"rank {self.rank}: {what} got a message from rank {src}, "
                             "which is not one of them (the ranks' programs disagree)")
-        return src, self._recv_body(header, src, taghash)
+        return src, payload if payload is not None else self._recv_body(n, src)
 
-    def _recv_body(self, header: bytes, src: int, taghash: int) -> torch.Tensor:
-        """Check a received frame header, then receive the payload it announces."""
-        n = parse_frame_header(header, rank=self.rank, src=src, taghash=taghash,
-                               max_frame_bytes=self.max_frame_bytes)
-        if n == 0:
-            return torch.empty(0, dtype=torch.uint8)
-        try:  # the announced size, validated above; only now is memory spent on it
+    def _recv_body(self, n: int, src: int) -> torch.Tensor:
+        """The payload of ``n`` bytes a checked header announced, in its own message."""
+        try:  # the announced size, validated by the header's checks; only now is memory spent on it
             buf = torch.empty(n + FRAME_END_NBYTES + BODY_SLACK, dtype=torch.uint8, device=self.device)
         except RuntimeError as e:
             raise CommError(f"rank {self.rank}: cannot allocate {n} bytes for the frame from rank {src} "
                             f"({str(e).splitlines()[0][:120]})") from e
-        self._recv_message(buf, n + FRAME_END_NBYTES, src, f"recv from rank {src}")
-        check_frame_end(bytes(buf[n: n + FRAME_END_NBYTES].cpu().numpy()), rank=self.rank, src=src, nbytes=n)
+        end = n + FRAME_END_NBYTES
+        buf[n:end] = 0  # a short message leaves the marker's slot zero
+        buf[end: end + _CHECKED] = self._slack_guard
+        self._recv_message(buf, src, f"recv from rank {src}")
+        self._check_guard(buf[end: end + _CHECKED].cpu().numpy(), self._slack_guard.numpy(), src, end)
+        check_frame_end(bytes(buf[n:end].cpu().numpy()), rank=self.rank, src=src, nbytes=n)
         # the payload is a view of the receive buffer (no copy); on a GPU, a copy to the host
         return buf[:n] if self.device.type == "cpu" else buf[:n].cpu()
 
