@@ -78,6 +78,7 @@ from .base import (
     FRAME_END,
     FRAME_END_NBYTES,
     FRAME_HEADER_NBYTES,
+    FRAME_MAGIC,
     Comm,
     CommError,
     CommTimeout,
@@ -125,16 +126,16 @@ class _Posted:
 
 
 _END = torch.frombuffer(bytearray(FRAME_END), dtype=torch.uint8)
-_MAGIC_SLOT = slice(FRAME_HEADER_NBYTES - 2, FRAME_HEADER_NBYTES)
 
 
 def _first_buffer_guard() -> np.ndarray:
     """Random bytes for the first buffer: none is a byte of the end marker (so no window of a
-    short message's tail reads as one), and the magic's slot is zero (a short header fails there)."""
+    short message's tail reads as one), and the magic's slot is zero (a header one byte short
+    cannot be completed by the guard)."""
     g = np.frombuffer(bytearray(os.urandom(FIRST_BUFFER_NBYTES)), dtype=np.uint8)
     for b in FRAME_END:
         g[g == b] ^= 1
-    g[_MAGIC_SLOT] = 0
+    g[FRAME_HEADER_NBYTES - len(FRAME_MAGIC): FRAME_HEADER_NBYTES] = 0
     return g
 
 
