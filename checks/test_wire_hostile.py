@@ -19,6 +19,7 @@ import subprocess
 import sys
 import textwrap
 
+import numpy as np
 import pytest
 import torch
 from hypothesis import given, settings
@@ -172,6 +173,20 @@ def _gloo_hostile(comm):
     else:
         out.append(huge.recv(1).view(torch.int16).tolist() == list(range(300)))
     return out
+
+
+def test_the_first_buffer_guard_never_reads_as_an_end_marker_or_a_magic():
+    # What makes a short first message detectable whatever its length: no guard byte is a byte
+    # of the end marker, and the magic's slot is zero (a guard byte cannot complete a header
+    # one byte short).  The guard is random per Comm: two draws differ.
+    from harness.comm.torchdist import _first_buffer_guard
+
+    guards = [_first_buffer_guard() for _ in range(4)]
+    for g in guards:
+        assert g.size == FIRST_BUFFER_NBYTES
+        assert not np.isin(g, list(FRAME_END)).any()
+        assert not g[len(_header(0)) - len(FRAME_MAGIC): len(_header(0))].any()
+    assert not np.array_equal(guards[0], guards[1])
 
 
 @pytest.mark.gloo
