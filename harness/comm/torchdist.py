@@ -257,18 +257,13 @@ class TorchDistComm(Comm):
         # flight pass the bound, and at every collective and barrier (_flush_sends).
         self._reap_sends()
         n = data.numel()
-        header = torch.frombuffer(bytearray(pack_frame_header(n, taghash)), dtype=torch.uint8)
-        if n <= INLINE_MAX_PAYLOAD:  # one message: header, payload, end marker
-            frame = torch.empty(FRAME_HEADER_NBYTES + n + FRAME_END_NBYTES, dtype=torch.uint8)
-            frame[:FRAME_HEADER_NBYTES] = header
-            frame[FRAME_HEADER_NBYTES:-FRAME_END_NBYTES] = data.cpu()
-            frame[-FRAME_END_NBYTES:] = _END
-            bufs = [self._to_dev(frame)]
-        else:
-            body = torch.empty(n + FRAME_END_NBYTES, dtype=torch.uint8)
-            body[:n] = data.cpu()
-            body[n:] = _END
-            bufs = [self._to_dev(header), self._to_dev(body)]
+        frame = torch.empty(FRAME_HEADER_NBYTES + n + FRAME_END_NBYTES, dtype=torch.uint8)
+        frame[:FRAME_HEADER_NBYTES] = torch.frombuffer(bytearray(pack_frame_header(n, taghash)), dtype=torch.uint8)
+        frame[FRAME_HEADER_NBYTES:-FRAME_END_NBYTES] = data.cpu()
+        frame[-FRAME_END_NBYTES:] = _END
+        frame = self._to_dev(frame)
+        # one message (header, payload, end marker), or the header and then the body
+        bufs = [frame] if n <= INLINE_MAX_PAYLOAD else [frame[:FRAME_HEADER_NBYTES], frame[FRAME_HEADER_NBYTES:]]
         what = f"send to rank {dst}"
         with self._guard(what):
             works = [dist.isend(b, dst) for b in bufs]
@@ -329,13 +324,12 @@ class TorchDistComm(Comm):
         view = hbuf.numpy() if on_host else hbuf.cpu().numpy()
         n = parse_frame_header(view[:FRAME_HEADER_NBYTES].tobytes(), rank=self.rank, src=got,
                                taghash=taghash, max_frame_bytes=self.max_frame_bytes)
-        end = FRAME_HEADER_NBYTES
-        if n <= INLINE_MAX_PAYLOAD:  # the payload and its end marker came with the header
-            end += n
-            check_frame_end(view[end: end + FRAME_END_NBYTES].tobytes(), rank=self.rank, src=got, nbytes=n)
-            end += FRAME_END_NBYTES
+        inline = n <= INLINE_MAX_PAYLOAD  # the payload and its end marker came with the header
+        end = FRAME_HEADER_NBYTES + (n + FRAME_END_NBYTES if inline else 0)
+        if inline:
+            check_frame_end(view[end - FRAME_END_NBYTES: end].tobytes(), rank=self.rank, src=got, nbytes=n)
         self._check_guard(view[end: end + _CHECKED], self._first_guard[end: end + _CHECKED], got, end)
-        if n > INLINE_MAX_PAYLOAD:  # the header alone; the body follows
+        if not inline:  # the header alone; the body follows
             return got, n, None
         return got, n, torch.from_numpy(view[FRAME_HEADER_NBYTES: FRAME_HEADER_NBYTES + n]).clone()
 
