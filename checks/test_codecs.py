@@ -40,7 +40,7 @@ from algorithms.codecs import (
 )
 from algorithms.codecs._rng import random_words
 from algorithms.codecs.quant import channels_of, fixpoint_scales
-from algorithms.codecs.sparse import topk_mask, topk_mask_reference
+from algorithms.codecs.sparse import TOPK_PARALLEL_MIN, topk_mask, topk_mask_reference, topk_select
 
 seeds = st.integers(0, 2**32 - 1)
 ALPHA = 1e-9  # per-assertion false-alarm rate for Monte Carlo checks
@@ -395,6 +395,18 @@ def test_random_words_follow_the_documented_stream():
 )
 def test_qstoch_fast_path_is_bit_identical_to_reference(seed, bits, dtype, n):
     x = randn((n,), seed, dtype)
+    codec = make_codec(f"qstoch:bits={bits}")
+    fast = codec._encode(x, gen(seed), fast=True)
+    ref = codec._encode(x, gen(seed), fast=False)
+    assert torch.equal(fast.data, ref.data)
+
+
+@settings(max_examples=6)
+@given(seeds, st.sampled_from([2, 4]), st.sampled_from([4 << 18, 5 * (1 << 18) + 7, 9 * (1 << 18) - 3]))
+def test_qstoch_fast_path_is_bit_identical_across_kernel_groups(seed, bits, n):
+    """Past four blocks of the random stream the kernel runs in several groups (their
+    generators side by side), and a short last block shares its group with full ones."""
+    x = randn((n,), seed, torch.float32)
     codec = make_codec(f"qstoch:bits={bits}")
     fast = codec._encode(x, gen(seed), fast=True)
     ref = codec._encode(x, gen(seed), fast=False)
@@ -764,6 +776,31 @@ def test_topk_mask_equals_the_topk_and_cumsum_reference(seed, n, dtype, levels, 
     want = topk_mask_reference(x, k) if k > 0 else torch.zeros(n, dtype=torch.bool)
     assert got.dtype == torch.bool and torch.equal(got, want)
     assert int(got.sum()) == min(k, n)
+
+
+@settings(max_examples=6, deadline=None)
+@given(seeds, st.integers(0, 3), st.sampled_from([1, 2]), st.data())
+def test_topk_select_in_pieces_equals_the_reference(seed, levels, threads, data):
+    """Past TOPK_PARALLEL_MIN elements float32 top-k counts, masks and compacts in one piece per
+    pool worker; the mask and values equal torch.topk's with the cumulative tie count, ties
+    at the threshold spread over both pieces included (levels > 0)."""
+    n = TOPK_PARALLEL_MIN + data.draw(st.integers(0, 999))
+    k = data.draw(st.sampled_from([1, n // 10, n // 2, n - 1]))
+    x = randn((n,), seed)
+    if levels:
+        x = torch.randint(-levels, levels + 1, (n,), generator=gen(seed + 1)).float()
+        x = torch.where(x == 0, -x, x)  # some -0.0
+    old = torch.get_num_threads()
+    torch.set_num_threads(threads)
+    try:
+        mask, vals = topk_select(x, k, "topk")
+    finally:
+        torch.set_num_threads(old)
+    want = topk_mask_reference(x, k)
+    assert torch.equal(mask, want)
+    ref_vals = x[want]
+    assert torch.equal(vals, torch.where(ref_vals == 0, torch.zeros_like(ref_vals), ref_vals))
+    assert not bool(torch.signbit(vals[vals == 0]).any())  # -0.0 travels as +0.0
 
 
 @settings(max_examples=5)

@@ -27,7 +27,7 @@ import threading
 
 import numpy as np
 
-from ._rng import block_words, elements_per_block, run_blocks
+from ._rng import block_state, elements_per_block, run_blocks
 
 _local = threading.local()
 
@@ -40,58 +40,37 @@ def _scratch(name: str, size: int, dtype: type) -> np.ndarray:
     return buf[:size]
 
 
+# Blocks of the random stream one qstoch kernel call takes (their generators advance side by side).
+QSTOCH_GROUP = 4
+
+
 def qstoch_pack_fast(
     xs: np.ndarray, bits: int, delta32: float, offset: int, seed: int, out: np.ndarray
 ) -> None:
-    """Quantise float32 ``xs`` at ``bits`` in {2, 4} and write the packed codes to ``out``."""
+    """Quantise float32 ``xs`` at ``bits`` in {2, 4} and write the packed codes to ``out``:
+    one compiled pass per group of ``QSTOCH_GROUP`` blocks (``_kernels.qstoch_codes``), the
+    blocks' random words made in the same call, groups in parallel in the codec pool."""
+    from . import _kernels  # compiled on first use
+
     n = xs.size
     per = elements_per_block(16)
+    nblocks = (n + per - 1) // per
     dsc = np.float32(delta32 * 2.0**-16)
     shift_c = np.float32((offset + 0.5) * 2.0**16)
     per_byte = 8 // bits
 
-    def block(j: int) -> None:
-        lo = j * per
-        hi = min(n, lo + per)
-        chunk(lo, hi, block_words(seed, j, hi - lo, 16))
+    def group(gi: int) -> None:
+        first = gi * QSTOCH_GROUP
+        lo, hi = first * per, min(n, (first + QSTOCH_GROUP) * per)
+        states = np.zeros((QSTOCH_GROUP, 4), dtype=np.uint64)
+        for g in range(min(QSTOCH_GROUP, nblocks - first)):
+            states[g] = block_state(seed, first + g)
+        raw = _scratch("raw", QSTOCH_GROUP * _kernels.QSTOCH_STEP // 4, np.uint64)
+        raw = raw.reshape(QSTOCH_GROUP, -1)
+        o = out[lo // per_byte : (hi + per_byte - 1) // per_byte]
+        _kernels.qstoch_codes(xs[lo:hi], per, dsc, shift_c, bits, states, raw, o)
 
-    def chunk(lo: int, hi: int, w: np.ndarray) -> None:
-        m = hi - lo
-        t = _scratch("t", m, np.float32)
-        np.divide(xs[lo:hi], dsc, out=t)
-        np.add(t, shift_c, out=t)
-        np.add(t, w[:m], out=t, casting="unsafe")
-        c32 = t.view(np.int32)
-        np.right_shift(c32, 16, out=c32)
-        c8 = _scratch("c8", m + 8, np.uint8)
-        # the low byte holds the code (plus junk bits); a shift straight into uint8 (a casting
-        # ufunc loop) measured slower than the two passes
-        np.copyto(c8[:m], c32, casting="unsafe")
-        full = m - m % per_byte
-        nb = full // per_byte
-        o = out[lo // per_byte : lo // per_byte + nb]
-        if bits == 4:
-            _pack4_into(c8[: 2 * nb], o)
-        else:  # bits == 2: byte quads read as little-endian uint32
-            c4 = c8[: 4 * nb].view(np.uint32)
-            c4 &= 0x03030303
-            u = _scratch("u32", nb, np.uint32)
-            v = _scratch("v32", nb, np.uint32)
-            np.left_shift(c4, 6, out=u)  # c0 -> bits 6-7
-            np.right_shift(c4, 4, out=v)  # c1 (bits 8-9) -> bits 4-5
-            np.bitwise_or(u, v, out=u)
-            np.right_shift(c4, 14, out=v)  # c2 (bits 16-17) -> bits 2-3
-            np.bitwise_or(u, v, out=u)
-            np.right_shift(c4, 24, out=v)  # c3 (bits 24-25) -> bits 0-1
-            np.bitwise_or(u, v, out=u)
-            np.copyto(o, u, casting="unsafe")
-        if full < m:  # last, partial byte of the stream
-            tail = 0
-            for i, c in enumerate(c32[full:m].tolist()):
-                tail |= (int(c) & ((1 << bits) - 1)) << (8 - bits * (i + 1))
-            out[(lo + full) // per_byte] = tail
-
-    run_blocks(block, (n + per - 1) // per)
+    run_blocks(group, (nblocks + QSTOCH_GROUP - 1) // QSTOCH_GROUP)
 
 
 def _pack4_into(c8: np.ndarray, o: np.ndarray) -> None:
@@ -139,22 +118,16 @@ def _row_blocks(rows: int, cols: int) -> tuple[int, int]:
 
 
 def flat_absmax(xs: np.ndarray) -> float:
-    """``max |x|`` of a contiguous 1-D float32 array (NaN if it holds one), in pool blocks;
-    the integer order of the unsigned bits, as in :func:`column_absmax`.  For the codec pool
-    (2 threads or more) only: torch's reduction is one pass to this function's two on one
-    thread, but its OpenMP workers would still be spinning for the cores when the pool's
-    blocks start."""
+    """``max |x|`` of a contiguous 1-D float32 array (NaN if it holds one): the integer max
+    of the floats' bits with the sign cleared (``_kernels.abs_bits_max``; for those patterns
+    integer order is the order of ``|x|``), in pool blocks."""
+    from . import _kernels  # compiled on first use
+
     n = xs.size
     per = ROW_BLOCK_ELEMENTS
     bits = xs.view(np.int32)
-
-    def block(j: int) -> int:
-        b = bits[j * per : (j + 1) * per]
-        a = _scratch("absbits", b.size, np.int32)
-        np.bitwise_and(b, 0x7FFFFFFF, out=a)
-        return int(a.max())
-
-    m = max(run_blocks(block, (n + per - 1) // per))
+    m = max(run_blocks(lambda j: int(_kernels.abs_bits_max(bits[j * per : (j + 1) * per])),
+                       max(1, (n + per - 1) // per)))
     return float(np.array(m, dtype=np.int32).view(np.float32))
 
 
@@ -164,16 +137,17 @@ def column_absmax(x2: np.ndarray) -> np.ndarray:
     ``|x|`` is the float's bits without the sign, and for those bit patterns integer order
     is the order of the values: the integer max (no NaN handling, unlike the float one) is
     the max of ``|x|``, and a NaN in a column, whose pattern is above infinity's, comes out
-    as a NaN."""
+    as a NaN.  Row blocks in the pool (``_kernels.column_abs_bits_max``), then their max."""
+    from . import _kernels  # compiled on first use
+
     rows, cols = x2.shape
     r, nb = _row_blocks(rows, cols)
     bits = x2.view(np.int32)
 
     def block(j: int) -> np.ndarray:
-        b = bits[j * r : (j + 1) * r]
-        a = _scratch("absbits", b.size, np.int32).reshape(b.shape)
-        np.bitwise_and(b, 0x7FFFFFFF, out=a)
-        return a.max(axis=0)  # reads the block from cache
+        m = np.zeros(cols, dtype=np.int32)
+        _kernels.column_abs_bits_max(bits[j * r : (j + 1) * r], m)
+        return m
 
     parts = run_blocks(block, nb)
     m = parts[0]
@@ -188,29 +162,35 @@ def fixpoint_codes_fast(
     """Signed fixpoint codes of float32 ``x2`` (2-D, C-contiguous) over ``den`` (broadcast
     per block: a row vector, a column of ``x2``'s rows, or one value), offset by ``zero``
     (at most 64), written to the flat uint8 ``codes``; with ``packed``, the 4-bit packed
-    stream of the codes too, while each block is in cache.  Returns the number of codes
-    other than ``zero``."""
+    stream of the codes too, while each block is in cache (``_kernels.fixpoint_codes``, one
+    pass per row block, blocks in the pool).  Returns the number of codes other than ``zero``."""
+    from . import _kernels  # compiled on first use
+
+    if den.size == 1:  # one scale: the rows are one flat run (tensor granularity has 1 column)
+        x2 = x2.reshape(1, -1)
     rows, cols = x2.shape
+    den2 = den.reshape(1, -1) if den.ndim == 1 else den.reshape(den.shape[0], -1)
     r, nb = _row_blocks(rows, cols)
-    per_row_den = den.ndim == 2 and den.shape[0] == rows and rows > 1
+    if rows == 1:  # one row: blocks of it
+        per = ROW_BLOCK_ELEMENTS
+        r, nb = 1, (cols + per - 1) // per
+    no_pack = np.empty(0, dtype=np.uint8)
 
     def block(j: int) -> int:
-        lo, hi = j * r, min(rows, (j + 1) * r)
-        m = (hi - lo) * cols
-        t = _scratch("qt", m, np.float32).reshape(hi - lo, cols)
-        np.divide(x2[lo:hi], den[lo:hi] if per_row_den else den, out=t)
-        np.add(t, _MAGIC32, out=t)  # low byte of the float's bits = round_half_even(y) as int8
-        c = codes[lo * cols : hi * cols].view(np.int8)
-        np.copyto(c, t.reshape(-1).view(np.int32), casting="unsafe")
-        np.clip(c, -zero, zero - 1, out=c)
-        nnz = int(np.count_nonzero(c))
-        cu = c.view(np.uint8)
-        np.add(cu, zero, out=cu)  # offset binary, below 128
-        if packed is not None:
-            full = m - m % 2
-            _pack4_into(cu[:full], packed[lo * cols // 2 : lo * cols // 2 + full // 2])
-            if full < m:  # odd total length: the stream's last byte holds one code
-                packed[-1] = int(cu[-1]) << 4
-        return nnz
+        if rows == 1:
+            lo, hi = j * ROW_BLOCK_ELEMENTS, min(cols, (j + 1) * ROW_BLOCK_ELEMENTS)
+            xb, db = x2[:, lo:hi], den2[:, lo:hi] if den2.shape[1] > 1 else den2
+        else:
+            lo, hi = j * r * cols, min(rows, (j + 1) * r) * cols
+            xb = x2[j * r : (j + 1) * r]
+            db = den2[j * r : (j + 1) * r] if den2.shape[0] > 1 else den2
+        m = hi - lo
+        even = m - m % 2
+        pk = packed[lo // 2 : lo // 2 + even // 2] if packed is not None else no_pack
+        nz = _kernels.fixpoint_codes(np.ascontiguousarray(xb), db, zero, codes[lo:hi], pk,
+                                     packed is not None)
+        if packed is not None and even < m:  # odd total length: the stream's last byte holds one code
+            packed[-1] = int(codes[hi - 1]) << 4
+        return nz
 
     return sum(run_blocks(block, nb))

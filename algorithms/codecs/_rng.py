@@ -66,6 +66,12 @@ def elements_per_block(bits: int) -> int:
     return BLOCK_RAW * (64 // bits)
 
 
+def block_state(seed: int, j: int) -> np.ndarray:
+    """The SFC64 state (a, b, c, counter) that block ``j``'s words start from (uint64[4])."""
+    g = np.random.SFC64(np.random.SeedSequence(seed, spawn_key=(j,)))
+    return np.array(g.state["state"]["state"], dtype=np.uint64)
+
+
 def block_words(seed: int, j: int, count: int, bits: int) -> np.ndarray:
     """Words ``[j*E, j*E + count)`` of the stream (``E = elements_per_block(bits)``)."""
     per = 64 // bits

@@ -80,7 +80,7 @@ from ._core import (
     raw_bytes,
 )
 from ._fast import column_absmax, fixpoint_codes_fast, flat_absmax, qstoch_pack_fast
-from ._rng import draw_seed, pool_workers, random_words
+from ._rng import draw_seed, random_words
 from .bitpack import pack_bits, packed_nbytes, unpack_bits
 from .sparse_body import (
     FLAG_INDEX32,
@@ -165,7 +165,7 @@ def _qstoch_scale(x: torch.Tensor, bits: int) -> _QScale:
     if xc.dtype != plan.dtype:
         xc = xc.to(plan.dtype)
     m = 0.0
-    if xc.numel() and xc.dtype == torch.float32 and pool_workers() > 1:
+    if xc.numel() and xc.dtype == torch.float32:
         m = flat_absmax(xc.numpy())  # NaN propagates
     elif xc.numel():
         mn, mx = torch.aminmax(xc)  # NaN propagates

@@ -17,6 +17,7 @@ from ._core import (
     Codec,
     CodecError,
     Header,
+    NonFiniteInput,
     Payload,
     build_header,
     check_finite,
@@ -25,6 +26,7 @@ from ._core import (
     log2_binom,
     make_payload,
 )
+from ._rng import pool_workers, run_blocks
 from .bitpack import pack_bits
 from .sparse_body import (
     FLAG_INDEX32,
@@ -281,39 +283,109 @@ class _KSparsifier(Codec):
 
 
 def topk_mask(flat: torch.Tensor, k: int) -> torch.Tensor:
-    """Bool mask of the ``k`` largest ``|x|``, ties broken toward the lower index.
+    """Bool mask of the ``k`` largest ``|x|`` of a finite ``flat``, ties broken toward the
+    lower index (:func:`topk_select`'s mask)."""
+    return topk_select(flat, k, "topk")[0]
 
-    The threshold is the ``k``-th largest ``|x|``, found by a partition (numpy's
-    introselect: linear time, no sort, no top-k heap); everything above it is
-    kept.  Only when entries tie at the threshold is there a choice to make: the
-    first ``need`` of them in index order are kept (:func:`topk_mask_reference`
-    is the whole-tensor formulation of the same rule).  ``flat`` is finite (the
-    codecs check it).
+
+def topk_select(flat: torch.Tensor, k: int, codec: str) -> tuple[torch.Tensor, torch.Tensor]:
+    """The mask of the ``k`` largest ``|x|`` and the selected values in index order (-0.0 as
+    +0.0); :class:`NonFiniteInput` if ``flat`` holds NaN or infinity.
+
+    The threshold is the ``k``-th largest ``|x|``; everything above it is kept, and of the
+    entries tied at it the first ``need`` in index order (:func:`topk_mask_reference` is the
+    whole-tensor formulation of the same rule).  float32 finds it by a radix select on the
+    bits of ``|x|`` read as integers (their order is that of ``|x|`` for finite values, -0
+    and +0 alike): a histogram of the high 16 bits picks the threshold's bucket, a second of
+    the low 16 bits within that bucket the threshold itself, and a third pass writes the mask
+    and values (``_kernels``: three reads of ``x``, no copy, no sort).  Other dtypes use a
+    partition (numpy's introselect) of ``|x|``.
     """
     n = flat.numel()
-    if k >= n:
-        return torch.ones(n, dtype=torch.bool)
-    if k <= 0:
-        return torch.zeros(n, dtype=torch.bool)
     x = flat.reshape(-1)
-    if x.dtype not in (torch.float32, torch.float64):
-        x = x.float()  # exact for float16 / bfloat16
-    if x.dtype == torch.float32:
-        # |x|'s bits as integers: for finite values their order is that of |x| (-0 and +0
-        # alike), and an integer partition is ~1.6x a float one (no NaN ordering)
-        a = x.numpy().view(np.int32) & np.int32(0x7FFFFFFF)
+    if x.dtype == torch.float32 and 0 < k < n:
+        return _topk_select_float32(x, k, codec)
+    check_finite(x, codec)
+    if k >= n:
+        mask = torch.ones(n, dtype=torch.bool)
+    elif k <= 0:
+        mask = torch.zeros(n, dtype=torch.bool)
     else:
-        a = np.abs(x.numpy())
-    part = a.copy()
-    part.partition(n - k)
-    thr = part[n - k]
-    del part
-    mask = a >= thr
-    if int(np.count_nonzero(mask)) != k:  # ties at the threshold: keep the lowest indices
-        mask = a > thr
-        need = k - int(np.count_nonzero(mask))
-        mask[np.flatnonzero(a == thr)[:need]] = True
-    return torch.from_numpy(mask)
+        a = np.abs(x.numpy() if x.dtype == torch.float64 else x.float().numpy())  # exact
+        part = a.copy()
+        part.partition(n - k)
+        thr = part[n - k]
+        del part
+        m = a >= thr
+        if int(np.count_nonzero(m)) != k:  # ties at the threshold: keep the lowest indices
+            m = a > thr
+            need = k - int(np.count_nonzero(m))
+            m[np.flatnonzero(a == thr)[:need]] = True
+        mask = torch.from_numpy(m)
+    vals = masked_select(x, mask)
+    return mask, torch.where(vals == 0, torch.zeros_like(vals), vals)
+
+
+def _digit_at(hist: np.ndarray, rank: int) -> tuple[int, int]:
+    """The bucket holding the ``rank``-th largest (1-based) of a histogram's counts, and how
+    many counts lie in the buckets above it."""
+    from_top = np.cumsum(hist[::-1])
+    r = int(np.searchsorted(from_top, rank))  # the first bucket from the top reaching rank
+    digit = hist.size - 1 - r
+    return digit, int(from_top[r]) - int(hist[digit])
+
+
+FLOAT32_INF_BITS = 0x7F800000  # |x|'s bits at or above this pattern: infinity or a NaN
+TOPK_PARALLEL_MIN = 1 << 18  # elements below which top-k runs in one piece on the calling thread
+
+
+def _topk_select_float32(x: torch.Tensor, k: int, codec: str) -> tuple[torch.Tensor, torch.Tensor]:
+    from . import _kernels  # compiled on first use
+
+    xs = x.numpy()
+    bits = xs.view(np.int32)
+    n = xs.size
+    # one piece per pool worker: each counts into its own histogram, masks and compacts its
+    # own range (the values at the offsets the pieces' counts give)
+    pieces = pool_workers() if n >= TOPK_PARALLEL_MIN else 1
+    step = -(-n // pieces)
+    cut = [(j * step, min(n, (j + 1) * step)) for j in range(pieces)]
+
+    def histogram(prefix: int) -> tuple[np.ndarray, int]:
+        def piece(j: int) -> tuple[np.ndarray, int]:
+            h = np.zeros(1 << 16, dtype=np.int64)
+            return h, int(_kernels.abs_bits_histogram(bits[cut[j][0] : cut[j][1]], prefix, h))
+
+        parts = run_blocks(piece, pieces)
+        return sum(h for h, _ in parts), max(m for _, m in parts)
+
+    hist, top = histogram(-1)
+    if top >= FLOAT32_INF_BITS:
+        raise NonFiniteInput(f"{codec}: input contains NaN or infinity")
+    hi, above = _digit_at(hist, k)
+    hist, _ = histogram(hi)
+    lo, above_lo = _digit_at(hist, k - above)
+    ties = k - above - above_lo  # of the entries at the threshold, the first this many are kept
+    thr = np.int32(hi << 16 | lo)
+    every_tie = ties == int(hist[lo])
+    mask = np.empty(n, dtype=np.uint8)
+    counts = run_blocks(
+        lambda j: _kernels.mask_above(bits[cut[j][0] : cut[j][1]], thr, every_tie,
+                                      mask[cut[j][0] : cut[j][1]]), pieces)
+    if not every_tie:
+        _kernels.mask_first_ties(bits, thr, ties, mask)
+        counts = [int(np.count_nonzero(mask[a:b])) for a, b in cut]
+    offsets = np.cumsum([0, *counts])
+    if offsets[-1] != k:  # pragma: no cover - an error in the select, never an input's
+        raise AssertionError(f"top-k select kept {offsets[-1]} of k={k}")
+    # each piece compacts into its own slice, one slot longer than its count (the kernel
+    # stores every value and advances past the kept ones, so it writes one slot beyond)
+    spare = np.empty(k + pieces, dtype=np.float32)
+    parts = [spare[offsets[j] + j : offsets[j + 1] + j + 1] for j in range(pieces)]
+    run_blocks(lambda j: _kernels.compact(xs[cut[j][0] : cut[j][1]], mask[cut[j][0] : cut[j][1]],
+                                          parts[j]), pieces)
+    vals = parts[0][:-1] if pieces == 1 else np.concatenate([p[:-1] for p in parts])
+    return torch.from_numpy(mask.view(np.bool_)), torch.from_numpy(vals)
 
 
 def topk_mask_reference(flat: torch.Tensor, k: int) -> torch.Tensor:
@@ -358,12 +430,9 @@ class TopKCodec(_KSparsifier):
         return int((x != 0).sum()) <= self.k_for(x.numel())
 
     def encode(self, x: torch.Tensor, generator: torch.Generator | None = None) -> Payload:
-        x = self._check(x)
+        x = check_input(x, FLOAT_DTYPES, self.name)
         k, _, iw, fmt = self._layout(x)
-        flat = x.reshape(-1)
-        mask = topk_mask(flat, k)
-        vals = masked_select(flat, mask)
-        vals = torch.where(vals == 0, torch.zeros_like(vals), vals)  # -0.0 travels as +0.0
+        mask, vals = topk_select(x, k, self.name)  # also rejects NaN / infinity
         flags = FLAG_INDEX32 if self.int32 else 0
         return write_raw_sparse(self.family, x, fmt, iw, flags, k, mask, None, vals)
 
