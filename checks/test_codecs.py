@@ -38,7 +38,8 @@ from algorithms.codecs import (
     resolve_signed,
     unpack_bits,
 )
-from algorithms.codecs._rng import random_words
+from algorithms.codecs._kernels import sfc64_raw4
+from algorithms.codecs._rng import block_state, block_states, random_words
 from algorithms.codecs.quant import channels_of, fixpoint_scales
 from algorithms.codecs.sparse import TOPK_PARALLEL_MIN, topk_mask, topk_mask_reference, topk_select
 
@@ -364,6 +365,23 @@ def test_block_pool_size_is_min_of_4_cpus_and_torch_threads(monkeypatch):
         finally:
             if pool is not None:
                 pool.shutdown()
+
+
+@settings(max_examples=40)
+@given(st.one_of(st.integers(0, 2**32 + 5), st.integers(0, 2**63 - 1)), st.sampled_from([0, 1, 7, 2**20]))
+def test_compiled_block_states_are_numpys(seed, first):
+    """The compiled SeedSequence + SFC64 seeding gives numpy's own states (spawn key 0, seeds
+    of one and two 32-bit words), and the four-stream generator numpy's ``random_raw``."""
+    out = np.zeros((3, 4), dtype=np.uint64)
+    block_states(seed, first, out)
+    for g in range(3):
+        assert np.array_equal(out[g], block_state(seed, first + g))
+    got = np.empty((4, 1000), dtype=np.uint64)
+    states = np.concatenate([out, out[:1]])
+    sfc64_raw4(states, got)
+    for g in range(3):
+        ref = np.random.SFC64(np.random.SeedSequence(seed, spawn_key=(first + g,))).random_raw(1000)
+        assert np.array_equal(got[g], ref)
 
 
 def test_random_words_follow_the_documented_stream():

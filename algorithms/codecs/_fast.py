@@ -27,7 +27,7 @@ import threading
 
 import numpy as np
 
-from ._rng import block_state, elements_per_block, run_blocks
+from ._rng import block_states, elements_per_block, run_blocks
 
 _local = threading.local()
 
@@ -63,8 +63,7 @@ def qstoch_pack_fast(
         first = gi * QSTOCH_GROUP
         lo, hi = first * per, min(n, (first + QSTOCH_GROUP) * per)
         states = np.zeros((QSTOCH_GROUP, 4), dtype=np.uint64)
-        for g in range(min(QSTOCH_GROUP, nblocks - first)):
-            states[g] = block_state(seed, first + g)
+        block_states(seed, first, states[: min(QSTOCH_GROUP, nblocks - first)])
         raw = _scratch("raw", QSTOCH_GROUP * _kernels.QSTOCH_STEP // 4, np.uint64)
         raw = raw.reshape(QSTOCH_GROUP, -1)
         o = out[lo // per_byte : (hi + per_byte - 1) // per_byte]
