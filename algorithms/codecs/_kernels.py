@@ -3,12 +3,13 @@
 Each kernel reads its block once, keeps the intermediate values in registers and writes only
 the result; they release the GIL, so the codec pool (``_rng.run_blocks``) runs blocks in
 parallel.  Every kernel computes what a numpy or torch formulation elsewhere computes, bit for
-bit, and a check compares the two (checks/test_codec_kernels.py):
+bit, and checks/test_codecs.py compares the two (each codec's fast path with its reference
+path, the generators with numpy's):
 
 * :func:`sfc64_block_states` - the SFC64 states numpy's ``SeedSequence(seed, spawn_key=(j,))``
   seeds (``_rng.block_state``), about 300x faster than building the generators;
-* :func:`sfc64_raw4` - numpy's ``SFC64.random_raw`` from given states, four streams at once (the generator the
-  stochastic codecs draw from, ``_rng.block_words``);
+* :func:`sfc64_raw4` - numpy's ``SFC64.random_raw`` from given states, four streams at once
+  (the generator the stochastic codecs draw from, ``_rng.block_words``);
 * :func:`qstoch_codes` - qstoch's codes at 2 or 4 bits, packed (``_fast`` docstring has the
   arithmetic), the blocks' random words generated in the same call;
 * :func:`abs_bits_max` - ``max |x|`` of float32 as the integer max of the unsigned bits;
