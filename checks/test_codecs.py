@@ -959,6 +959,22 @@ def test_p16_p17_qchannel_wire_is_lossless_and_sized(seed, shape, bits, opts, dt
     assert 16 * H <= floor <= 8 * p.nbytes
 
 
+@settings(max_examples=6, deadline=None)
+@given(seeds, st.sampled_from([(1, (1 << 18) + 6), ((1 << 18) + 6, 1), (3, 1 << 17), ((1 << 18) + 7,)]),
+       st.sampled_from(["channel", "token", "tensor"]))
+def test_qchannel_fast_path_equals_reference_past_one_block(seed, shape, granularity):
+    """Past one block of the fast path: one long row (blocks along it, each with its columns'
+    scales), one long column, several rows per block, and an odd length (the stream's last
+    byte holds one code), for every granularity, with the packed stream."""
+    x = randn(shape, seed, torch.float32)
+    n = x.numel()
+    packed = torch.empty((n + 1) // 2, dtype=torch.uint8)
+    fast = fixpoint_quantize(x, 4, True, granularity, fast=True, packed=packed)
+    slow = fixpoint_quantize(x, 4, True, granularity, fast=False)
+    assert torch.equal(fast.codes, slow.codes) and fast.nnz == slow.nnz
+    assert fast.packed and torch.equal(packed, pack_bits(slow.codes, 4))
+
+
 @given(seeds, shapes2, st.integers(1, 7))
 def test_qchannel_fast_path_equals_reference(seed, shape, bits):
     """The word-parallel fast path gives the same codes as round/clamp, ties included."""
