@@ -12,6 +12,7 @@ hypothesis.
 
 from __future__ import annotations
 
+import contextlib
 import math
 import re
 
@@ -27,6 +28,7 @@ from algorithms.codecs import (
     Codec,
     CodecError,
     Payload,
+    _fast,
     decode,
     fixpoint_dequantize,
     fixpoint_quantize,
@@ -51,6 +53,27 @@ INTS = (torch.uint8, torch.int8, torch.int16, torch.int32, torch.int64)
 
 def gen(seed: int) -> torch.Generator:
     return torch.Generator().manual_seed(seed)
+
+
+KERNELS_FROM = _fast.KERNEL_MIN_ELEMENTS  # the codecs' own threshold
+
+
+@pytest.fixture(autouse=True, scope="module")
+def kernels_at_every_size():
+    """The compiled kernels from 0 elements: the small tensors of these checks take the paths
+    a large tensor takes (some checks also run the numpy / torch paths, ``kernels_from``)."""
+    with kernels_from(0):
+        yield
+
+
+@contextlib.contextmanager
+def kernels_from(n: int):
+    old = _fast.KERNEL_MIN_ELEMENTS
+    _fast.KERNEL_MIN_ELEMENTS = n
+    try:
+        yield
+    finally:
+        _fast.KERNEL_MIN_ELEMENTS = old
 
 
 def randn(shape, seed, dtype=torch.float64, scale=1.0):
@@ -793,6 +816,8 @@ def test_topk_mask_equals_the_topk_and_cumsum_reference(seed, n, dtype, levels, 
     got = topk_mask(x, k)
     want = topk_mask_reference(x, k) if k > 0 else torch.zeros(n, dtype=torch.bool)
     assert got.dtype == torch.bool and torch.equal(got, want)
+    with kernels_from(KERNELS_FROM):  # the partition path of a small tensor
+        assert torch.equal(topk_mask(x, k), want)
     assert int(got.sum()) == min(k, n)
 
 
@@ -988,7 +1013,8 @@ def test_qchannel_fast_path_equals_reference(seed, shape, bits):
     fast = fixpoint_quantize(x, bits, fast=True)
     slow = fixpoint_quantize(x, bits, fast=False)
     assert torch.equal(fast.codes, slow.codes) and fast.nnz == slow.nnz
-    assert torch.equal(fast.scales, slow.scales)
+    with kernels_from(KERNELS_FROM):  # the scales by numpy's column reductions
+        assert torch.equal(fast.scales, fixpoint_scales(x))
 
 
 @given(seeds, shapes2, st.sampled_from([1, 2, 4, 8]), st.booleans())

@@ -31,6 +31,18 @@ from ._rng import block_states, elements_per_block, run_blocks
 
 _local = threading.local()
 
+# Below this many elements the codecs take their numpy / torch paths instead of the compiled
+# kernels: loading the kernels costs about 1 s in a fresh process (numba's import and first
+# dispatch, from its cache), more than they save on a small tensor, and a run whose messages
+# are all small (the tiny models' activations) never loads numba.  Both paths give the same
+# bits; checks/test_codecs.py runs with the kernels from 0 elements and compares the paths.
+KERNEL_MIN_ELEMENTS = 1 << 16
+
+
+def use_kernels(n: int) -> bool:
+    return n >= KERNEL_MIN_ELEMENTS
+
+
 
 def _scratch(name: str, size: int, dtype: type) -> np.ndarray:
     buf = getattr(_local, name, None)

@@ -26,6 +26,7 @@ from ._core import (
     log2_binom,
     make_payload,
 )
+from ._fast import use_kernels
 from ._rng import pool_workers, run_blocks
 from .bitpack import pack_bits
 from .sparse_body import (
@@ -298,12 +299,13 @@ def topk_select(flat: torch.Tensor, k: int, codec: str) -> tuple[torch.Tensor, t
     bits of ``|x|`` read as integers (their order is that of ``|x|`` for finite values, -0
     and +0 alike): a histogram of the high 16 bits picks the threshold's bucket, a second of
     the low 16 bits within that bucket the threshold itself, and a third pass writes the mask
-    and values (``_kernels``: three reads of ``x``, no copy, no sort).  Other dtypes use a
-    partition (numpy's introselect) of ``|x|``.
+    and values (``_kernels``: three reads of ``x``, no copy, no sort).  Other dtypes, and
+    tensors too small for the kernels (``_fast.use_kernels``), use a partition (numpy's
+    introselect) of ``|x|``.
     """
     n = flat.numel()
     x = flat.reshape(-1)
-    if x.dtype == torch.float32 and 0 < k < n:
+    if x.dtype == torch.float32 and 0 < k < n and use_kernels(n):
         return _topk_select_float32(x, k, codec)
     check_finite(x, codec)
     if k >= n:
