@@ -17,6 +17,10 @@ shaped.  The table gives the shaped step time over two bounds:
   Before this file measured ``fill`` the bound was ``max(compute, forward + backward)``; both
   ratios are printed.
 
+The pacer's bucket holds ``burst`` bytes (``pacer.tbf_burst_bytes``, what ``--net netns`` gives
+tbf): after an idle spell that many leave at once, so each direction's first bytes take no
+time.  Both bounds count each direction as ``(its wire bytes - burst) / rate``.
+
 The load average is printed: the machine may be shared.
 
     python3 -m benchmarks.paced_pipeline [--rates 2mbit,10mbit,80mbit] [--repeats 3]
@@ -29,7 +33,7 @@ import os
 import statistics
 
 from harness.comm.byte_meter import FRAME_HEADER_BYTES
-from harness.comm.pacer import wire_bytes
+from harness.comm.pacer import tbf_burst_bytes, wire_bytes
 from harness.config import parse_rate
 from harness.launcher import run
 from harness.registry import make_config
@@ -60,7 +64,8 @@ def main() -> None:
             payload = shaped.metrics["payload_bytes_per_step"].value
             msgs = 2 * a.micro_batches  # messages per step, one per micro-batch each way
             per_msg = payload / msgs
-            direction = (a.micro_batches * wire_bytes(int(per_msg), FRAME_HEADER_BYTES)) * 8 / bps
+            wire = a.micro_batches * wire_bytes(int(per_msg), FRAME_HEADER_BYTES)
+            direction = max(0, wire - tbf_burst_bytes(bps)) * 8 / bps
             r_max.append(step / max(compute, direction))
             r_nofill.append(step / max(compute, 2 * direction))
             r_bound.append(step / max(compute, fill + 2 * direction))
