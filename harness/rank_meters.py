@@ -14,7 +14,10 @@ Two memories are measured:
   (Linux; elsewhere the lifetime peak is reported and marked as such).  It is
   read from /proc/self/status, not ``getrusage``: ``ru_maxrss`` survives
   fork+exec and is not reset by clear_refs, so a rank started by a large
-  launcher would report the launcher's peak.
+  launcher would report the launcher's peak.  It counts every library the rank
+  loads: the codecs' compiled kernels (numba and LLVM, about 100 MiB) load at a
+  rank's first encode of a tensor of 64K elements or more, which a small run
+  never reaches and a large one reaches in its first step.
 """
 
 from __future__ import annotations

@@ -355,8 +355,10 @@ def rss_note(backend: str) -> str:
         return ("threads backend: the ranks share one process, so RSS is not a node's (its columns are "
                 "empty); peak tensor bytes are each rank's (the counter is a dispatch mode per thread) and "
                 "payload bytes equal gloo's (checks/test_sparq.py)")
-    return ("peak RSS includes each process's Python/torch runtime (several hundred MiB); growth = peak "
-            "minus what was resident when the measured window opened (the parameters): FO grads + "
+    return ("peak RSS includes each process's Python/torch runtime (several hundred MiB), and in a rank "
+            "whose codec encodes a tensor of 64K elements or more the compiled codec kernels' runtime "
+            "(numba and LLVM, about 100 MiB, loaded at that first encode, so inside the window); growth = "
+            "peak minus what was resident when the measured window opened (the parameters): FO grads + "
             "activations vs ZO's z temporary + activations")
 
 
