@@ -1,15 +1,12 @@
-"""Blocked, multi-threaded fast paths of the quantisers: qstoch at 2 and 4 bits, qchannel's
-per-channel range and its codes (packed as they are made), and the float32 range of qstoch
-on the pool.  Each runs in blocks of about 1 MiB of float32 so that a block's later passes
-read it from cache; blocks run in the codec pool (``_rng.run_blocks``) once there are two,
-so small tensors stay on the calling thread.
+"""Blocked, multi-threaded drivers of the codecs' compiled kernels (``_kernels``): qstoch's
+codes at 2 and 4 bits, qchannel's per-channel range and its codes (packed as they are made),
+and the float32 range.  Each cuts its input into blocks of about 1 MiB of float32 and runs
+them in the codec pool (``_rng.run_blocks``) once there are two, so small tensors stay on the
+calling thread; below ``KERNEL_MIN_ELEMENTS`` the callers take their reference paths instead.
 
-The reference arithmetic (``quant.qstoch_grid`` + ``random_words`` + ``pack_bits``)
-runs as a handful of whole-tensor passes.  Here the same computation is done
-block by block (``elements_per_block(16)`` elements, ~1 MiB of float32): the
-block's random words are generated, added and packed while the block is in
-cache, and blocks run in parallel in the codec thread pool (numpy releases the
-GIL).  The result is bit-identical to the reference path; a check compares them.
+The reference arithmetic (``quant.qstoch_grid`` + ``random_words`` + ``pack_bits``) runs as a
+handful of whole-tensor passes; the kernel does the same per element in one pass, the block's
+random words generated beside it.  The result is bit-identical; a check compares them.
 
 Arithmetic, for the float32 plan ``E = 7, R = 16`` (``b <= 6``), scaled by
 ``2**16`` so that everything lives in the binade ``[2**23, 2**24)`` where the
@@ -41,7 +38,6 @@ KERNEL_MIN_ELEMENTS = 1 << 16
 
 def use_kernels(n: int) -> bool:
     return n >= KERNEL_MIN_ELEMENTS
-
 
 
 def _scratch(name: str, size: int, dtype: type) -> np.ndarray:
@@ -117,7 +113,6 @@ def pack4_fast(c8: np.ndarray, out: np.ndarray) -> None:
 # second and later passes read it from cache, not memory; smaller blocks measured slower on
 # a loaded 2-core machine (more calls, more switches between them).
 ROW_BLOCK_ELEMENTS = 1 << 18
-_MAGIC32 = np.float32(1.5 * 2.0**23)  # fl(y + M) = M + round_half_even(y) for |y| < 2**22
 
 
 def _row_blocks(rows: int, cols: int) -> tuple[int, int]:
