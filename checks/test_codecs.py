@@ -427,6 +427,12 @@ def test_random_words_follow_the_documented_stream():
     assert w32.dtype == torch.int32 and int(w32.min()) < 0 < int(w32.max())
 
 
+# the fast paths with the compiled kernels (this module's default) and with the numpy passes
+# a tensor below the kernels' threshold takes, at every size
+FAST_PATHS = {"kernels": 0, "numpy": 1 << 62}
+
+
+@pytest.mark.parametrize("path", FAST_PATHS)
 @settings(max_examples=10)
 @given(
     seeds,
@@ -434,10 +440,11 @@ def test_random_words_follow_the_documented_stream():
     st.sampled_from([torch.float32, torch.float16, torch.bfloat16]),
     st.sampled_from([1, 2, 3, 7, 8, 1000, 4097, (1 << 18) + 3, 3 * (1 << 18) - 1]),
 )
-def test_qstoch_fast_path_is_bit_identical_to_reference(seed, bits, dtype, n):
+def test_qstoch_fast_path_is_bit_identical_to_reference(path, seed, bits, dtype, n):
     x = randn((n,), seed, dtype)
     codec = make_codec(f"qstoch:bits={bits}")
-    fast = codec._encode(x, gen(seed), fast=True)
+    with kernels_from(FAST_PATHS[path]):
+        fast = codec._encode(x, gen(seed), fast=True)
     ref = codec._encode(x, gen(seed), fast=False)
     assert torch.equal(fast.data, ref.data)
 
@@ -1008,8 +1015,9 @@ def test_qchannel_fast_path_equals_reference_past_one_block(shape, granularity, 
     assert fast.packed and torch.equal(packed, pack_bits(slow.codes, 4))
 
 
+@pytest.mark.parametrize("path", FAST_PATHS)
 @given(seeds, shapes2, st.integers(1, 7))
-def test_qchannel_fast_path_equals_reference(seed, shape, bits):
+def test_qchannel_fast_path_equals_reference(path, seed, shape, bits):
     """The word-parallel fast path gives the same codes as round/clamp, ties included."""
     x = channel_input(seed, shape, density=0.8)
     g = gen(seed + 1)
@@ -1018,11 +1026,14 @@ def test_qchannel_fast_path_equals_reference(seed, shape, bits):
     ties = (torch.randint(-(2 ** (bits - 1)), 2 ** (bits - 1), shape, generator=g) + 0.5) * den
     pick = torch.rand(shape, generator=g) < 0.4
     x = torch.where(pick & (ties.abs() < x.abs().amax(dim=tuple(range(len(shape) - 1)))), ties, x)
-    fast = fixpoint_quantize(x, bits, fast=True)
+    dense = randn(shape, seed, torch.float32)  # no all-zero column: the scales' own path
+    with kernels_from(FAST_PATHS[path]):
+        fast = fixpoint_quantize(x, bits, fast=True)
+        dense_scales = fixpoint_scales(dense)
     slow = fixpoint_quantize(x, bits, fast=False)
     assert torch.equal(fast.codes, slow.codes) and fast.nnz == slow.nnz
-    with kernels_from(KERNELS_FROM):  # the scales by numpy's column reductions
-        assert torch.equal(fast.scales, fixpoint_scales(x))
+    assert torch.equal(fast.scales, x.reshape(-1, shape[-1]).abs().amax(0).half())
+    assert torch.equal(dense_scales, dense.reshape(-1, shape[-1]).abs().amax(0).half())
 
 
 @given(seeds, shapes2, st.sampled_from([1, 2, 4, 8]), st.booleans())

@@ -335,7 +335,7 @@ class QStochCodec(_QStochBits):
             pack_bits(torch.full((n,), 2 ** (b - 1), dtype=torch.int64), b, body)
             return Payload(out)
         plan = sc.plan
-        if fast and use_kernels(n) and b in (2, 4) and plan.E == 7 and sc.delta >= 2.0**-100:
+        if fast and b in (2, 4) and plan.E == 7 and sc.delta >= 2.0**-100:
             seed = draw_seed(generator)
             qstoch_pack_fast(sc.flat.numpy(), b, sc.delta, sc.offset, seed, body.numpy())
             return Payload(out)
@@ -447,7 +447,7 @@ def _absmax_channels(x2: torch.Tensor) -> torch.Tensor:
         return torch.maximum(-mn, mx).reshape(1)
     # numpy's column reductions are ~2x torch's amin / amax(dim=0); the values are the same
     xn = x2.numpy()
-    if xn.dtype == np.float32 and xn.flags.c_contiguous and use_kernels(xn.size):
+    if xn.dtype == np.float32 and xn.flags.c_contiguous:
         a = column_absmax(xn)  # one pass, NaN propagates
     else:
         a = np.maximum(-xn.min(axis=0), xn.max(axis=0))  # NaN propagates
@@ -512,7 +512,7 @@ def fixpoint_quantize(
     if signed:
         zero = 2 ** (bits - 1)
         den = d * 2.0 ** (1 - bits)  # exact: y = x / den = fl(x / d) * 2**(b-1)
-        if fast and use_kernels(n) and cd == torch.float32 and bits <= 7:
+        if fast and cd == torch.float32 and bits <= 7:
             # fl(M + fl(x / den)) = M + round_half_even(y), block by block in cache (_fast)
             codes = torch.empty(n, dtype=torch.uint8)
             pk = packed.numpy() if packed is not None and bits == 4 else None
