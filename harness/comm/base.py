@@ -13,7 +13,6 @@ the same rank program gives bit-identical results on every CPU backend.
 
 from __future__ import annotations
 
-import contextlib
 import math
 import struct
 import time
@@ -83,6 +82,7 @@ FRAME_END = b"\xcb\xe0"
 _FRAME_HEADER = struct.Struct("<IQ2s")
 FRAME_HEADER_NBYTES = _FRAME_HEADER.size  # 14
 FRAME_END_NBYTES = len(FRAME_END)
+_FRAME_END = struct.Struct(f"{FRAME_END_NBYTES}s")
 assert FRAME_HEADER_NBYTES + FRAME_END_NBYTES == FRAME_HEADER_BYTES
 #: Default largest payload a Comm sends or accepts: 1 GiB, above the largest
 #: message of the shipped algorithms (a full fp32 model of 125M parameters is 0.5 GB).
@@ -91,6 +91,13 @@ DEFAULT_MAX_FRAME_BYTES = 1 << 30
 
 def pack_frame_header(nbytes: int, taghash: int) -> bytes:
     return _FRAME_HEADER.pack(taghash, nbytes, FRAME_MAGIC)
+
+
+def pack_frame_into(frame, nbytes: int, taghash: int) -> None:
+    """Write the header and end marker of a frame of ``nbytes`` payload bytes into ``frame``
+    (a writable buffer of ``FRAME_HEADER_NBYTES + nbytes + FRAME_END_NBYTES`` bytes)."""
+    _FRAME_HEADER.pack_into(frame, 0, taghash, nbytes, FRAME_MAGIC)
+    _FRAME_END.pack_into(frame, FRAME_HEADER_NBYTES + nbytes, FRAME_END)
 
 
 def parse_frame_header(raw: bytes, *, rank: int, src: int, taghash: int, max_frame_bytes: int) -> int:
@@ -154,6 +161,34 @@ class PostedRecv:
         return self.comm._take(self)
 
 
+class _Waiting:
+    """``with comm._waiting():`` around a blocking operation: the rank is marked waiting on
+    its progress board (if it has one) and a timeout inside names the stalled peer.  A plain
+    object, not a generator context manager: it is entered on every send and receive."""
+
+    def __init__(self, comm: Comm):
+        self._comm = comm
+
+    def __enter__(self) -> None:
+        comm = self._comm
+        if comm.board is not None:
+            comm.board.mark(comm.rank, WAITING)
+
+    def __exit__(self, kind, exc, tb) -> bool:
+        comm = self._comm
+        board = comm.board
+        if board is None:
+            return False
+        try:
+            if isinstance(exc, CommTimeout) and exc.stalled_rank is None:
+                found = board.stalled(comm.rank)
+                if found is not None:
+                    raise CommTimeout(str(exc), found[0], found[1] + load_note()) from exc
+        finally:
+            board.mark(comm.rank, COMPUTING)
+        return False
+
+
 class Comm(ABC):
     """SPMD communicator for one rank.  Subclasses provide the raw primitives."""
 
@@ -184,6 +219,7 @@ class Comm(ABC):
         self.pacer = LinkPacer(bandwidth_bps) if bandwidth_bps else None
         self._sender: PacedSender | None = None  # started by the first paced send
         self._posted: dict[int, deque[PostedRecv]] = {}  # per peer, oldest first
+        self._waiting_mark = _Waiting(self)
 
     # ---- raw primitives -------------------------------------------------
     @abstractmethod
@@ -232,23 +268,9 @@ class Comm(ABC):
             return self._gather_bytes_raw(bytes(data))
 
     # ---- progress ------------------------------------------------------------
-    @contextlib.contextmanager
-    def _waiting(self):
+    def _waiting(self) -> _Waiting:
         """Mark a blocking operation on the board; a timeout names the stalled peer."""
-        board = self.board
-        if board is None:
-            yield
-            return
-        board.mark(self.rank, WAITING)
-        try:
-            yield
-        except CommTimeout as e:
-            found = board.stalled(self.rank) if e.stalled_rank is None else None
-            if found is None:
-                raise
-            raise CommTimeout(str(e), found[0], found[1] + load_note()) from e
-        finally:
-            board.mark(self.rank, COMPUTING)
+        return self._waiting_mark
 
     # ---- helpers ---------------------------------------------------------
     def _check_peer(self, peer: int, what: str) -> None:

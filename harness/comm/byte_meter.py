@@ -19,13 +19,15 @@ from __future__ import annotations
 import threading
 from collections import defaultdict
 from dataclasses import dataclass
+from typing import NamedTuple
 
 FRAME_HEADER_BYTES = 16  # 14-byte frame header + 2-byte end marker, see comm.base (frame protocol)
 
 
-@dataclass(frozen=True)
-class Flow:
-    """One kind of traffic: who sent to whom, which way, under which tag."""
+class Flow(NamedTuple):
+    """One kind of traffic: who sent to whom, which way, under which tag.  A named tuple:
+    one is made and hashed per message, which a frozen dataclass's Python-level
+    ``__init__`` / ``__hash__`` made a visible share of a small message's cost."""
 
     src: int
     dst: int  # -1: a collective's peers as a whole

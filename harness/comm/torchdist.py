@@ -61,7 +61,6 @@ interface for it; otherwise torchrun's TCP store (MASTER_ADDR/MASTER_PORT).
 
 from __future__ import annotations
 
-import contextlib
 import datetime as _dt
 import os
 import queue
@@ -83,7 +82,7 @@ from .base import (
     CommError,
     CommTimeout,
     check_frame_end,
-    pack_frame_header,
+    pack_frame_into,
     parse_frame_header,
 )
 from .progress_board import Heartbeat
@@ -125,7 +124,6 @@ class _Posted:
     nbytes: int
 
 
-_END = np.frombuffer(FRAME_END, dtype=np.uint8)
 
 
 def _first_buffer_guard() -> np.ndarray:
@@ -137,6 +135,33 @@ def _first_buffer_guard() -> np.ndarray:
         g[g == b] ^= 1
     g[FRAME_HEADER_NBYTES - len(FRAME_MAGIC): FRAME_HEADER_NBYTES] = 0
     return g
+
+
+class _FirstBuffer:
+    """A receive buffer for frames' first messages, its host view, and how many of its
+    leading bytes the last message may have written (only those need their guard back)."""
+
+    def __init__(self, device: torch.device):
+        self.tensor = torch.empty(FIRST_BUFFER_NBYTES, dtype=torch.uint8, device=device)
+        self.host = self.tensor.numpy() if device.type == "cpu" else None
+        self.dirty = FIRST_BUFFER_NBYTES
+
+
+class _BackendErrors:
+    """``with`` around transport calls: the backend's errors (closed peer, timeout) become a
+    CommError naming this rank and ``what`` (a plain object: entered on every message)."""
+
+    def __init__(self, rank: int, what: str):
+        self.rank, self.what = rank, what
+
+    def __enter__(self) -> None:
+        pass
+
+    def __exit__(self, kind, e, tb) -> bool:
+        if e is None or isinstance(e, CommError) or not isinstance(e, Exception):
+            return False
+        first = str(e).splitlines()[0] if str(e) else type(e).__name__
+        raise CommError(f"rank {self.rank}: {self.what} failed: {first}") from e
 
 
 class _PeerReceiver:
@@ -172,7 +197,7 @@ class _PeerReceiver:
         return not self._thread.is_alive()
 
     def _run(self) -> None:
-        hbuf = self._comm._first_buffer()  # its own: the rank's thread may receive from another peer
+        hbuf = _FirstBuffer(self._comm.device)  # its own: the rank's thread may receive from another peer
         while (job := self._jobs.get()) is not None:
             done, taghash = job
             try:
@@ -216,26 +241,20 @@ class TorchDistComm(Comm):
         self._timeout = _dt.timedelta(seconds=self.timeout_s)
         # the guard bytes written before every receive (module docstring): random, never sent
         self._first_guard = _first_buffer_guard()  # on the host: copied into a device's buffer
+        self._first_guard_bytes = self._first_guard.tobytes()  # compared as bytes: cheaper than numpy
         self._slack_guard = self._first_guard[-_CHECKED:].copy()
         # a frame's first message's receive buffer, reused (allocated here, before any meter
         # starts); a peer's receiver thread has its own (_PeerReceiver)
-        self._hbuf = self._first_buffer()
+        self._hbuf = _FirstBuffer(self.device)
         self._receivers: dict[int, _PeerReceiver] = {}  # started by a peer's first posted receive
         self._heartbeat = Heartbeat(self.board, self.rank) if self.board is not None else None
         self._sends: deque[_Posted] = deque()  # posted sends not yet waited on, oldest first
         self._sends_bytes = 0
         self.max_in_flight_bytes = max_in_flight_bytes
 
-    @contextlib.contextmanager
-    def _guard(self, what: str):
+    def _guard(self, what: str) -> _BackendErrors:
         """Turn the backend's errors (closed peer, timeout) into CommError."""
-        try:
-            yield
-        except CommError:
-            raise
-        except Exception as e:
-            first = str(e).splitlines()[0] if str(e) else type(e).__name__
-            raise CommError(f"rank {self.rank}: {what} failed: {first}") from e
+        return _BackendErrors(self.rank, what)
 
     def _wait(self, work, what: str) -> None:
         try:
@@ -258,13 +277,12 @@ class TorchDistComm(Comm):
         self._reap_sends()
         n = data.numel()
         frame = torch.empty(FRAME_HEADER_NBYTES + n + FRAME_END_NBYTES, dtype=torch.uint8)
-        # filled through numpy: torch's sliced copies cost ~5x numpy's memcpy at 1 MiB, and a
-        # tensor op is one more call through a rank's memory meter (a dispatch mode)
+        # filled through numpy and struct: torch's sliced copies cost ~5x numpy's memcpy at
+        # 1 MiB, and a tensor op is one more call through a rank's memory meter (a dispatch mode)
         f = frame.numpy()
-        f[:FRAME_HEADER_NBYTES] = np.frombuffer(pack_frame_header(n, taghash), dtype=np.uint8)
+        pack_frame_into(f, n, taghash)
         np.copyto(f[FRAME_HEADER_NBYTES:-FRAME_END_NBYTES],
                   data.numpy() if data.device.type == "cpu" else data.cpu().numpy())
-        f[-FRAME_END_NBYTES:] = _END
         frame = self._to_dev(frame)
         # one message (header, payload, end marker), or the header and then the body
         bufs = [frame] if n <= INLINE_MAX_PAYLOAD else [frame[:FRAME_HEADER_NBYTES], frame[FRAME_HEADER_NBYTES:]]
@@ -304,35 +322,36 @@ class TorchDistComm(Comm):
             self._wait(work, what)
             return int(work._source_rank()) if src is None else src
 
-    def _check_guard(self, got: np.ndarray, guard: np.ndarray, src: int, end: int) -> None:
+    def _check_guard(self, got: bytes, guard: bytes, src: int, end: int) -> None:
         # a longer message overwrites the bytes after its expected end from their start
-        if not np.array_equal(got, guard):
+        if got != guard:
             raise CommError(f"rank {self.rank}: message from rank {src} is longer than the "
                             f"{end} bytes its frame announced")
 
-    def _first_buffer(self) -> torch.Tensor:
-        return torch.empty(FIRST_BUFFER_NBYTES, dtype=torch.uint8, device=self.device)
-
     def _recv_first(self, src: int | None, taghash: int, what: str,
-                    hbuf: torch.Tensor | None = None) -> tuple[int, int, torch.Tensor | None]:
+                    hbuf: _FirstBuffer | None = None) -> tuple[int, int, torch.Tensor | None]:
         """A frame's first message: (source, payload length, the payload if it came inline)."""
         hbuf = self._hbuf if hbuf is None else hbuf
-        on_host = self.device.type == "cpu"
         # The checks read numpy views on the host: no tensor op (and no tensor the memory
         # meter would count) per check; the payload's copy is the one tensor a receive makes.
-        if on_host:
-            np.copyto(hbuf.numpy(), self._first_guard)
+        # Only the bytes the buffer's last message wrote need their guard back (a message
+        # writes its own length and no more): after a checked frame its ``end``, else all.
+        dirty, hbuf.dirty = hbuf.dirty, FIRST_BUFFER_NBYTES
+        if hbuf.host is not None:
+            np.copyto(hbuf.host[:dirty], self._first_guard[:dirty])
         else:
-            hbuf.copy_(torch.from_numpy(self._first_guard))
-        got = self._recv_message(hbuf, src, what)
-        view = hbuf.numpy() if on_host else hbuf.cpu().numpy()
+            hbuf.tensor.copy_(torch.from_numpy(self._first_guard))
+        got = self._recv_message(hbuf.tensor, src, what)
+        view = hbuf.host if hbuf.host is not None else hbuf.tensor.cpu().numpy()
         n = parse_frame_header(view[:FRAME_HEADER_NBYTES].tobytes(), rank=self.rank, src=got,
                                taghash=taghash, max_frame_bytes=self.max_frame_bytes)
         inline = n <= INLINE_MAX_PAYLOAD  # the payload and its end marker came with the header
         end = FRAME_HEADER_NBYTES + (n + FRAME_END_NBYTES if inline else 0)
         if inline:
             check_frame_end(view[end - FRAME_END_NBYTES: end].tobytes(), rank=self.rank, src=got, nbytes=n)
-        self._check_guard(view[end: end + _CHECKED], self._first_guard[end: end + _CHECKED], got, end)
+        self._check_guard(view[end: end + _CHECKED].tobytes(), self._first_guard_bytes[end: end + _CHECKED],
+                          got, end)
+        hbuf.dirty = end
         if not inline:  # the header alone; the body follows
             return got, n, None
         payload = torch.empty(n, dtype=torch.uint8)
@@ -344,7 +363,7 @@ class TorchDistComm(Comm):
             self._receivers[src] = _PeerReceiver(self, src)
         return self._receivers[src].post(taghash)
 
-    def _recv_frame(self, src, taghash, hbuf: torch.Tensor | None = None):
+    def _recv_frame(self, src, taghash, hbuf: _FirstBuffer | None = None):
         _, n, payload = self._recv_first(src, taghash, f"recv from rank {src}", hbuf)
         return payload if payload is not None else self._recv_body(n, src)
 
@@ -374,7 +393,7 @@ class TorchDistComm(Comm):
             buf[n: end + _CHECKED].copy_(torch.from_numpy(tail))
         self._recv_message(buf, src, f"recv from rank {src}")
         got = buf.numpy()[n: end + _CHECKED] if self.device.type == "cpu" else buf[n: end + _CHECKED].cpu().numpy()
-        self._check_guard(got[FRAME_END_NBYTES:], self._slack_guard, src, end)
+        self._check_guard(got[FRAME_END_NBYTES:].tobytes(), self._first_guard_bytes[-_CHECKED:], src, end)
         check_frame_end(got[:FRAME_END_NBYTES].tobytes(), rank=self.rank, src=src, nbytes=n)
         # the payload is a view of the receive buffer (no copy); on a GPU, a copy to the host
         return buf[:n] if self.device.type == "cpu" else buf[:n].cpu()
