@@ -61,15 +61,16 @@ def qstoch_pack_fast(
     one compiled pass per group of ``QSTOCH_GROUP`` blocks (``_kernels.qstoch_codes``), the
     blocks' random words made in the same call, groups in parallel in the codec pool."""
     n = xs.size
-    per = elements_per_block(16)
-    nblocks = (n + per - 1) // per
     dsc = np.float32(delta32 * 2.0**-16)
     shift_c = np.float32((offset + 0.5) * 2.0**16)
-    per_byte = 8 // bits
     if not use_kernels(n):
         _qstoch_pack_numpy(xs, bits, dsc, shift_c, seed, out)
         return
     from . import _kernels  # compiled on first use
+
+    per = elements_per_block(16)
+    nblocks = (n + per - 1) // per
+    per_byte = 8 // bits
 
     def group(gi: int) -> None:
         first = gi * QSTOCH_GROUP
@@ -152,21 +153,20 @@ def column_absmax(x2: np.ndarray) -> np.ndarray:
     r, nb = _row_blocks(rows, cols)
     bits = x2.view(np.int32)
 
-    def block(j: int) -> np.ndarray:
-        m = np.zeros(cols, dtype=np.int32)
-        _kernels.column_abs_bits_max(bits[j * r : (j + 1) * r], m)
-        return m
-
-    def block_numpy(j: int) -> np.ndarray:
-        b = bits[j * r : (j + 1) * r]
-        a = _scratch("absbits", b.size, np.int32).reshape(b.shape)
-        np.bitwise_and(b, 0x7FFFFFFF, out=a)
-        return a.max(axis=0)  # reads the block from cache
-
     if use_kernels(x2.size):
         from . import _kernels  # compiled on first use
-    else:
-        block = block_numpy
+
+        def block(j: int) -> np.ndarray:
+            m = np.zeros(cols, dtype=np.int32)
+            _kernels.column_abs_bits_max(bits[j * r : (j + 1) * r], m)
+            return m
+    else:  # the same integer max, as numpy passes over the block
+
+        def block(j: int) -> np.ndarray:
+            b = bits[j * r : (j + 1) * r]
+            a = _scratch("absbits", b.size, np.int32).reshape(b.shape)
+            np.bitwise_and(b, 0x7FFFFFFF, out=a)
+            return a.max(axis=0)  # reads the block from cache
 
     parts = run_blocks(block, nb)
     m = parts[0]
