@@ -92,7 +92,7 @@ def test_qstoch_size_is_the_papers_32_plus_b_d(seed, b, d, dtype):
 @given(seeds, st.integers(2, 16), st.integers(1, 40), st.floats(0.05, 1.0), st.sampled_from(FLOATS))
 def test_sparse_qstoch_size_is_index_plus_code_bits(seed, b, n, density, dtype):
     """Sparsified then quantised (paper §4): δ, then nnz b-bit codes after the cheapest positions
-    (⌈log2 n⌉-bit indices, a bitmap, or none: all n codes)."""
+    (⌈log2 n⌉-bit indices, a bitmap, Elias–Fano, or none: all n codes)."""
     codec = make_codec(f"sparse-qstoch:bits={b}")
     g = gen(seed)
     keep = torch.rand(n, generator=g, dtype=torch.float64) < density
@@ -101,8 +101,12 @@ def test_sparse_qstoch_size_is_index_plus_code_bits(seed, b, n, density, dtype):
     w = max(1, math.ceil(math.log2(n))) if n > 1 else 1
     p = codec.encode(x, gen(seed))
     # parameters b (1 byte) and nnz (4 bytes) besides δ; positions (the cheapest of an index list,
-    # a bitmap, or none with all n codes sent) and codes padded apart
+    # a bitmap, Elias–Fano, or none with all n codes sent) and codes padded apart.  Elias–Fano
+    # (Elias 1974): nnz low fields of l = ⌊log2(n/nnz)⌋ bits, then nnz ones in nnz + ⌊(n-1)/2^l⌋ bits
     body = min(ceil8(nnz * w) + ceil8(nnz * b), ceil8(n) + ceil8(nnz * b), ceil8(n * b))
+    if nnz:
+        low = math.floor(math.log2(n / nnz))
+        body = min(body, ceil8(nnz * low) + ceil8(nnz + (n - 1) // 2**low) + ceil8(nnz * b))
     assert p.nbytes == framing(1, 5) + 4 + body
     assert codec.floor_bits(x) == pytest.approx(32 + log2_choose(n, nnz) + nnz * math.log2(2**b - 1),
                                                 rel=1e-9, abs=1e-9)

@@ -34,8 +34,10 @@ def test_message_bits_and_bytes_closed_forms(seed, d, b):
     w = max(1, math.ceil(math.log2(d)))
     assert sp.paper_bits == 32 + sp.nnz * (w + b)
     # shared codec header (1-D: 23 + 4 bytes, CRCs included), then the (index, code) pairs
-    codes = math.ceil(sp.nnz * b / 8)  # after the cheapest positions: index list, bitmap, or all d codes
-    body = min(math.ceil(sp.nnz * w / 8) + codes, math.ceil(d / 8) + codes, math.ceil(d * b / 8))
+    codes = math.ceil(sp.nnz * b / 8)  # after the cheapest positions: index list, bitmap, Elias–Fano
+    body = min(math.ceil(sp.nnz * w / 8) + codes, math.ceil(d / 8) + codes, math.ceil(d * b / 8))  # or all d
+    low = math.floor(math.log2(d / sp.nnz))  # Elias–Fano: nnz low fields, nnz ones in the upper stream
+    body = min(body, math.ceil(sp.nnz * low / 8) + math.ceil((sp.nnz + (d - 1) // 2**low) / 8) + codes)
     assert sp.nbytes == wire.sparse_nbytes(d, sp.nnz, b) == 27 + body
     assert wire.sparse_nnz(sp.data, d) == sp.nnz
     assert 1 <= sp.nnz <= d

@@ -20,6 +20,7 @@ from algorithms.codecs import (
     CodecError,
     Payload,
     decode,
+    elias_fano,
     make_codec,
     qstoch_law,
 )
@@ -118,8 +119,11 @@ def test_sparse_qstoch_bytes_law_and_round_trip(seed, bits, shape, density, dtyp
     p = codec.encode(x, gen(seed))
     w = max(1, math.ceil(math.log2(n))) if n > 1 else 1
     assert p.nbytes == codec.encoded_nbytes(x) == sparse_qstoch_nbytes(n, nnz, bits, x.dim())
-    codes = math.ceil(nnz * bits / 8)  # the cheapest of index list, bitmap and dense codes
+    codes = math.ceil(nnz * bits / 8)  # the cheapest of index list, bitmap, dense codes, Elias–Fano
     body = min(math.ceil(nnz * w / 8) + codes, math.ceil(n / 8) + codes, math.ceil(n * bits / 8))
+    if nnz:
+        low = math.floor(math.log2(n / nnz))
+        body = min(body, math.ceil(nnz * low / 8) + math.ceil((nnz + (n - 1) // 2**low) / 8) + codes)
     assert p.nbytes == 23 + 4 * x.dim() + body
     assert torch.equal(p.data, codec.encode(x, gen(seed)).data)  # the generator is the only randomness
     y = decode(p)
@@ -199,9 +203,20 @@ def test_sparse_qstoch_refuses_malformed_bodies():
             decode(_forged(bitmap, body))
     dense = struct.pack("<BfI", 4 | 2 << 6, 1.0, 2)  # 5 codes, zeros as the code 8
     assert torch.equal(decode(_forged(dense, [0x89, 0x8A, 0x80])), torch.tensor([0.0, 1.0, 0.0, 2.0, 0.0]))
-    for raw in (4 | 3 << 6, 4 | 1 << 5):  # no layout 3; bit 5 is not part of the width
-        with pytest.raises(CodecError, match="bits byte"):
-            decode(_forged(struct.pack("<BfI", raw, 1.0, 2), [0x89, 0x8A, 0x80]))
+    with pytest.raises(CodecError, match="bits byte"):  # bit 5 is not part of the width
+        decode(_forged(struct.pack("<BfI", 4 | 1 << 5, 1.0, 2), [0x89, 0x8A, 0x80]))
+    # Elias–Fano: l = floor(log2(5/2)) = 1; low bits 1, 1 (indices 1, 3); highs 0, 1 set
+    # upper bits 0 + 0 and 1 + 1 of 2 + (4 >> 1) = 4; then the codes 9, 10
+    ef = struct.pack("<BfI", 4 | 3 << 6, 1.0, 2)
+    assert torch.equal(decode(_forged(ef, [0b1100_0000, 0b1010_0000, 0x9A])),
+                       torch.tensor([0.0, 1.0, 0.0, 2.0, 0.0]))
+    for body, match in (([0b1100_0000, 0b1110_0000, 0x9A], "has 3 ones"),  # three ones
+                        ([0b1000_0000, 0b1100_0000, 0x9A], "increasing"),  # highs 0, 0, lows 1, 0
+                        ([0b1100_0000, 0b1001_0000, 0x9A], "range"),  # highs 0, 2: index 5
+                        ([0b1110_0000, 0b1010_0000, 0x9A], "padding"),
+                        ([0b1100_0000, 0b1010_1000, 0x9A], "padding")):
+        with pytest.raises(CodecError, match=match):
+            decode(_forged(ef, body))
 
 
 @given(seeds, st.integers(2, 8), st.sampled_from([0.02, 0.3, 0.95]))
@@ -220,12 +235,43 @@ def test_sparse_qstoch_layouts_carry_the_same_values(seed, bits, density):
     p = codec.encode(x, gen(seed))
     assert PARAMS.unpack(bytes(p.data[10:19].tolist()))[0] >> LAYOUT_SHIFT == choose_layout(n, nnz, bits)
     sizes = []
-    for layout in range(3):
+    for layout in range(4):
         q = codec._encode(x, gen(seed), layout)
         seal(q.data)  # encode() seals; the private entry point does not
         assert torch.equal(decode(q), decode(p))
         sizes.append(q.nbytes)
     assert p.nbytes == min(sizes)
+
+
+@given(seeds, st.integers(1, 3000), st.one_of(st.sampled_from([0.0, 1.0]), st.floats(0.0, 1.0)))
+def test_elias_fano_stream_size_and_bound(seed, n, density):
+    """The Elias–Fano positions (``elias_fano`` module docstring) against a loop that writes
+    the documented stream: k low fields of l = floor(log2(n/k)) bits, then an upper stream
+    with bit ``(index >> l) + i`` set for the i-th index, each padded to bytes; at most
+    ``k (2 + ceil(log2(n/k)))`` bits (Elias 1974) and at least the floor log2 C(n, k)."""
+    keep = torch.rand(n, generator=gen(seed), dtype=torch.float64) < density
+    idx = torch.nonzero(keep).reshape(-1)
+    k = idx.numel()
+    lo_nbytes, up_nbytes = elias_fano.sections(n, k)
+    buf = torch.zeros(lo_nbytes + up_nbytes, dtype=torch.uint8)
+    elias_fano.encode(idx, n, buf)
+    assert torch.equal(elias_fano.decode(buf, n, k), idx)
+    if k == 0:
+        assert lo_nbytes == up_nbytes == 0
+        return
+    low = math.floor(math.log2(n / k))
+    low_bits = "".join(format(i % 2**low, f"0{low}b") if low else "" for i in idx.tolist())
+    upper = ["0"] * (k + (n - 1) // 2**low)
+    for i, v in enumerate(idx.tolist()):
+        upper[v // 2**low + i] = "1"
+
+    def padded(bits: str) -> bytes:
+        bits += "0" * (-len(bits) % 8)
+        return bytes(int(bits[j: j + 8], 2) for j in range(0, len(bits), 8))
+
+    assert bytes(buf.tolist()) == padded(low_bits) + padded("".join(upper))
+    nbits = len(low_bits) + len(upper)
+    assert math.log2(math.comb(n, k)) - 1e-9 <= nbits <= k * (2 + math.ceil(math.log2(n / k)))
 
 
 def test_sparse_qstoch_truncated_or_corrupted_payloads_are_refused():

@@ -61,13 +61,38 @@ def pack_bits(values: torch.Tensor, width: int, out: torch.Tensor | None = None)
         out.numpy()[:] = np.packbits(bits & 1 if bits.dtype == np.uint8 else bits)
     elif width == 2:
         _pack_small(values if values.dtype == torch.uint8 else values.to(torch.uint8), width, out)
+    elif width < 8:  # eight values per ``width`` bytes; a partial last group by the bit matrix
+        v, full = values.to(torch.int64).numpy(), m // 8
+        _pack_octets(v[: 8 * full], width, out.numpy()[: full * width])
+        _pack_matrix(v[8 * full :], width, out.numpy()[full * width :])
     else:
-        # big-endian bytes of each value -> bit matrix -> keep the low `width` columns -> pack
-        big = ">u4" if width <= 32 else ">u8"
-        v = values.to(torch.int64).numpy().astype(big)
-        bits = np.unpackbits(v.view(np.uint8)).reshape(m, -1)[:, -width:]
-        out.numpy()[:] = np.packbits(bits)
+        _pack_matrix(values.to(torch.int64).numpy(), width, out.numpy())
     return out
+
+
+def _word(width: int) -> np.dtype:
+    """The narrowest big-endian unsigned word that holds ``width`` bits: the bit matrix of the
+    generic path has one row of this many bits per value, so narrow fields cost less."""
+    return np.dtype(next(w for w in ("u1", ">u2", ">u4", ">u8") if width <= 8 * np.dtype(w).itemsize))
+
+
+def _pack_matrix(v: np.ndarray, width: int, out: np.ndarray) -> None:
+    """Any width: big-endian words of the values -> bit matrix -> the low ``width`` columns."""
+    if v.size:
+        bits = np.unpackbits(v.astype(_word(width)).view(np.uint8)).reshape(v.size, -1)[:, -width:]
+        out[:] = np.packbits(bits)
+
+
+def _pack_octets(v: np.ndarray, width: int, out: np.ndarray) -> None:
+    """Whole groups of eight values below 8 bits: a group is ``width`` whole bytes, so its
+    values are shifted into one 64-bit word (the first highest) whose low ``width`` bytes,
+    big-endian, are the group's stream."""
+    groups = v.reshape(-1, 8) & ((1 << width) - 1)
+    acc = groups[:, 0].copy()
+    for j in range(1, 8):
+        acc <<= width
+        acc |= groups[:, j]
+    out[:] = acc.astype(">u8").view(np.uint8).reshape(-1, 8)[:, 8 - width :].reshape(-1)
 
 
 def _pack_small(v: torch.Tensor, width: int, out: torch.Tensor) -> None:
@@ -138,10 +163,31 @@ def unpack_bits(
         mask = (1 << width) - 1
         cols = [(buf >> (8 - width * (j + 1))) & mask for j in range(per)]
         return torch.stack(cols, dim=1).reshape(-1)[:count]
-    cols = 32 if width <= 32 else 64
-    bits = np.unpackbits(buf.numpy(), count=count * width).reshape(count, width)
+    if width < 8:  # eight values per ``width`` bytes; a partial last group by the bit matrix
+        full = count // 8
+        head = _unpack_octets(buf[: full * width].numpy(), width, full)
+        return torch.from_numpy(np.concatenate([head, _unpack_matrix(buf[full * width :].numpy(), width, count - 8 * full)]))
+    return torch.from_numpy(_unpack_matrix(buf.numpy(), width, count))
+
+
+def _unpack_matrix(buf: np.ndarray, width: int, count: int) -> np.ndarray:
+    """Any width: the bit matrix of the stream, widened to whole words (uint8 for width <= 8)."""
+    word = _word(width)
+    cols = 8 * word.itemsize
+    bits = np.unpackbits(buf, count=count * width).reshape(count, width)
     full = np.zeros((count, cols), dtype=np.uint8)
     full[:, cols - width :] = bits
-    vals = np.packbits(full).view(">u4" if cols == 32 else ">u8").astype(np.int64)
-    out = torch.from_numpy(vals)
-    return out.to(torch.uint8) if width <= 8 else out
+    vals = np.packbits(full).view(word)
+    return vals if width <= 8 else vals.astype(np.int64)
+
+
+def _unpack_octets(buf: np.ndarray, width: int, groups: int) -> np.ndarray:
+    """Inverse of :func:`_pack_octets` for whole groups: each ``width`` bytes widened to a
+    64-bit word, then shifted apart (uint8 values)."""
+    words = np.zeros((groups, 8), dtype=np.uint8)
+    words[:, 8 - width :] = buf.reshape(groups, width)
+    acc = words.view(">u8").reshape(-1)
+    out = np.empty((groups, 8), dtype=np.uint8)
+    for j in range(8):
+        out[:, j] = (acc >> np.uint64(width * (7 - j))) & np.uint64((1 << width) - 1)
+    return out.reshape(-1)

@@ -9,19 +9,24 @@ exactly zero.
 
 Layout: the shared header (parameters: ``B | layout << 6`` u8, ``δ`` float32,
 ``nnz`` u32), then the positions and the codes, each section MSB-first
-(:mod:`.bitpack`), in the cheapest of three layouts (ties: the first listed):
+(:mod:`.bitpack`), in the cheapest of four layouts (ties: the first listed):
 
 * index list (layout 0): the ``nnz`` flat indices (``w = max(1, ceil(log2 n))``
   bits each, strictly increasing), then the ``nnz`` offset-binary codes
   ``k + 2**(B-1)`` (``B`` bits each, ``k in [-L, L]``);
 * bitmap (layout 1): one bit per entry (``nnz`` set), then the ``nnz`` codes;
-* dense (layout 2): ``n`` codes, the zeros as the code of ``k = 0``.
+* dense (layout 2): ``n`` codes, the zeros as the code of ``k = 0``;
+* Elias–Fano (layout 3): the positions as ``nnz`` low fields of ``l =
+  floor(log2(n/nnz))`` bits and an upper stream of ``nnz + ((n-1) >> l)`` bits
+  (:mod:`.elias_fano`), then the ``nnz`` codes.
 
-Size (bytes): ``h0 + min(ceil(nnz*w/8) + ceil(nnz*B/8), ceil(n/8) + ceil(nnz*B/8),
-ceil(n*B/8))``, ``h0 = 23 + 4*ndim``; the paper counts ``32 + nnz*(w + B)`` bits
-(δ, then (index, code) pairs: the nnz field is ours, byte padding would make the
-count ambiguous without it).
-Floor: ``32 + log2 C(n, nnz) + nnz*log2(2**B - 1)`` bits.
+Size (bytes): ``h0 + min(ceil(nnz*w/8), ceil(n/8), ceil(nnz*l/8) + ceil((nnz + ((n-1) >> l))/8))
++ ceil(nnz*B/8)``, or ``h0 + ceil(n*B/8)`` when that is smaller, ``h0 = 23 + 4*ndim``;
+the paper counts ``32 + nnz*(w + B)`` bits (δ, then (index, code) pairs: the nnz
+field is ours, byte padding would make the count ambiguous without it).
+Floor: ``32 + log2 C(n, nnz) + nnz*log2(2**B - 1)`` bits.  Elias–Fano keeps the
+positions within about two bits per survivor of ``log2 C(n, nnz)`` at every
+density, where the index list and the bitmap each come near it at one end only.
 Unbiased; ``E‖Q(x)−x‖² = δ²Σ_nz f(1−f)``, within qstoch's bound for ``n``
 coordinates.  Lossless on ``x`` whose nonzeros sit exactly on their grid.
 ``δ`` must be a normal float32 (0 when nothing survives): NaN, infinity and
@@ -35,6 +40,7 @@ import struct
 
 import torch
 
+from . import elias_fano
 from ._core import (
     FAMILY_SPARSE_QSTOCH,
     FLOAT_DTYPES,
@@ -52,7 +58,8 @@ from .quant import FLT32_MAX, FLT32_MIN_NORMAL, QSTOCH_BITS, _QStochBits, qstoch
 from .sparse_body import FMT_BITMAP, decode_positions, encode_positions
 
 PARAMS = struct.Struct("<BfI")  # B | layout << 6, δ, nnz
-LAYOUT_INDEX, LAYOUT_BITMAP, LAYOUT_DENSE = 0, 1, 2
+LAYOUT_INDEX, LAYOUT_BITMAP, LAYOUT_DENSE, LAYOUT_EF = 0, 1, 2, 3
+LAYOUTS = (LAYOUT_INDEX, LAYOUT_BITMAP, LAYOUT_DENSE, LAYOUT_EF)
 LAYOUT_SHIFT = 6
 
 
@@ -67,12 +74,14 @@ def _sections(n: int, nnz: int, bits: int, layout: int) -> tuple[int, int]:
         return packed_nbytes(nnz, index_width(n)), packed_nbytes(nnz, bits)
     if layout == LAYOUT_BITMAP:
         return packed_nbytes(n, 1), packed_nbytes(nnz, bits)
+    if layout == LAYOUT_EF:
+        return sum(elias_fano.sections(n, nnz)), packed_nbytes(nnz, bits)
     return 0, packed_nbytes(n, bits)
 
 
 def choose_layout(n: int, nnz: int, bits: int) -> int:
-    """The cheapest layout for ``nnz`` survivors among ``n`` (ties: index list, bitmap, dense)."""
-    costs = [sum(_sections(n, nnz, bits, lay)) for lay in (LAYOUT_INDEX, LAYOUT_BITMAP, LAYOUT_DENSE)]
+    """The cheapest layout for ``nnz`` survivors among ``n`` (ties: the order of ``LAYOUTS``)."""
+    costs = [sum(_sections(n, nnz, bits, lay)) for lay in LAYOUTS]
     return costs.index(min(costs))
 
 
@@ -148,6 +157,8 @@ class SparseQStochCodec(_QStochBits):
             pack_bits(idx, index_width(n), body[:ib])
         elif layout == LAYOUT_BITMAP:
             encode_positions(FMT_BITMAP, n, 1, None, idx, body[:ib])
+        elif layout == LAYOUT_EF:
+            elias_fano.encode(idx, n, body[:ib])
         else:
             full = torch.full((n,), 2 ** (b - 1), dtype=torch.int64)
             full[idx] = codes
@@ -160,7 +171,7 @@ class SparseQStochCodec(_QStochBits):
         raw_b, delta, nnz = PARAMS.unpack(hdr.params)
         b, layout = raw_b & 0x1F, raw_b >> LAYOUT_SHIFT
         n = hdr.numel
-        if raw_b & 0x20 or layout > LAYOUT_DENSE:
+        if raw_b & 0x20:
             raise CodecError(f"corrupted header: sparse-qstoch bits byte {raw_b:#x}")
         if not QSTOCH_BITS[0] <= b <= QSTOCH_BITS[1]:
             raise CodecError(f"corrupted header: sparse-qstoch bits={b}")
@@ -180,6 +191,8 @@ class SparseQStochCodec(_QStochBits):
             return _values(codes, b, delta, hdr.dtype).reshape(hdr.shape)
         if layout == LAYOUT_BITMAP:
             idx = decode_positions(FMT_BITMAP, n, nnz, 1, body[:ib])
+        elif layout == LAYOUT_EF:
+            idx = elias_fano.decode(body[:ib], n, nnz)
         else:
             idx = unpack_bits(body[:ib], index_width(n), nnz).to(torch.int64)
             if nnz and (int(idx.max()) >= n or bool((idx[1:] <= idx[:-1]).any())):

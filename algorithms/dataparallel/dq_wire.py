@@ -11,15 +11,17 @@ dense b-bit    ``qstoch:bits=b`` codec payload            ``32 + b·d``
                (``15 + 4 + ⌈b·d/8⌉`` for a 1-D vector)
 sparse b-bit   ``sparse-qstoch:bits=b`` codec payload     ``32 + nnz·(w + b)``, ``w = ⌈log₂ d⌉``
                (``27 + ⌈nnz·b/8⌉`` + the cheapest
-               positions: ``⌈nnz·w/8⌉`` or ``⌈d/8⌉``,
-               or all ``⌈d·b/8⌉`` codes, 1-D)
+               positions: ``⌈nnz·w/8⌉``, ``⌈d/8⌉``
+               or Elias–Fano's, or all ``⌈d·b/8⌉``
+               codes, 1-D)
 full           ``fp32`` / ``fp64`` codec payload           ``32·d``
 =============  =========================================  ==========================================
 
 The sparse message is the codec ``sparse-qstoch`` (``algorithms/codecs/sparse_qstoch.py``):
 the shared CRC-protected header carries δ (float32), nnz, b and the layout, then
-the positions (nnz ``w``-bit indices or a ``d``-bit bitmap, the cheaper) and the nnz
-offset-binary codes (``b`` bits each), MSB-first, or all ``d`` codes when that is cheaper.  The nnz field is needed because byte padding would make the count
+the positions (nnz ``w``-bit indices, a ``d``-bit bitmap or Elias–Fano's low fields and
+unary high parts, the cheapest) and the nnz offset-binary codes (``b`` bits each),
+MSB-first, or all ``d`` codes when that is cheaper.  The nnz field is needed because byte padding would make the count
 ambiguous; the paper's count leaves it and the header out, and we report both.
 
 The unbiased quantiser is the codec ``qstoch`` (``algorithms/codecs/quant.py``);
@@ -76,7 +78,8 @@ def sparse_paper_bits(d: int, nnz: int, b: int) -> int:
 
 def sparse_nbytes(d: int, nnz: int, b: int) -> int:
     """The codec header of a 1-D vector (``23 + 4``, CRCs included), then the cheapest of
-    ``⌈nnz·w/8⌉ + ⌈nnz·b/8⌉`` (index list), ``⌈d/8⌉ + ⌈nnz·b/8⌉`` (bitmap), ``⌈d·b/8⌉`` (all codes)."""
+    ``⌈nnz·w/8⌉ + ⌈nnz·b/8⌉`` (index list), ``⌈d/8⌉ + ⌈nnz·b/8⌉`` (bitmap), ``⌈d·b/8⌉`` (all codes)
+    and Elias–Fano positions before the codes (``algorithms/codecs/elias_fano.py``)."""
     return sparse_qstoch_nbytes(d, nnz, b)
 
 
