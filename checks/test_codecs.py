@@ -323,6 +323,9 @@ def test_pack_unpack_round_trip(seed, width, count):
     packed = pack_bits(vals, width)
     assert packed.numel() == ceil8(count * width)
     assert torch.equal(unpack_bits(packed, width, count).to(torch.int64), vals)
+    # bits above the width are dropped (pack_bits docstring), not carried into the next value
+    high = torch.randint(1, 4, (count,), generator=gen(seed + 1), dtype=torch.int64) << width
+    assert torch.equal(pack_bits(vals | high, width), packed)
     # MSB-first stream, identical to numpy.packbits of the big-endian bit strings
     bits = [(int(v) >> (width - 1 - j)) & 1 for v in vals.tolist() for j in range(width)]
     ref = np.packbits(np.array(bits, dtype=np.uint8)) if bits else np.zeros(0, dtype=np.uint8)
@@ -351,6 +354,8 @@ def test_pack_bits_matches_a_bit_loop_at_every_width(seed):
             ]
             packed = pack_bits(vals, width)
             assert packed.tolist() == ref, (width, count)
+            if width < 63:  # a bit above the width is dropped, not carried into the next value
+                assert torch.equal(pack_bits(vals | (1 << width), width), packed), (width, count)
             out = unpack_bits(packed, width, count)
             assert out.dtype == (torch.uint8 if width <= 8 else torch.int64), width
             assert out.tolist() == vals.tolist(), (width, count)

@@ -210,13 +210,24 @@ def test_sparse_qstoch_refuses_malformed_bodies():
     ef = struct.pack("<BfI", 4 | 3 << 6, 1.0, 2)
     assert torch.equal(decode(_forged(ef, [0b1100_0000, 0b1010_0000, 0x9A])),
                        torch.tensor([0.0, 1.0, 0.0, 2.0, 0.0]))
+    increasing = "Elias–Fano index list is not strictly increasing"
     for body, match in (([0b1100_0000, 0b1110_0000, 0x9A], "has 3 ones"),  # three ones
-                        ([0b1000_0000, 0b1100_0000, 0x9A], "increasing"),  # highs 0, 0, lows 1, 0
-                        ([0b1100_0000, 0b1001_0000, 0x9A], "range"),  # highs 0, 2: index 5
+                        ([0b1000_0000, 0b1100_0000, 0x9A], increasing),  # highs 0, 0, lows 1, 0
+                        ([0b1100_0000, 0b1100_0000, 0x9A], increasing),  # 1, 1: repeated
+                        ([0b1100_0000, 0b1001_0000, 0x9A], "index 5 out of range"),  # highs 0, 2
                         ([0b1110_0000, 0b1010_0000, 0x9A], "padding"),
                         ([0b1100_0000, 0b1010_1000, 0x9A], "padding")):
         with pytest.raises(CodecError, match=match):
             decode(_forged(ef, body))
+    # three of 7: l = 1, low fields 0, 1, 0 (indices 0, 3, 6), highs 0, 1, 3 as ones at 0, 2, 5
+    # of 3 + (6 >> 1) = 6 bits; codes 9, 9, 10
+    ef3 = struct.pack("<BfI", 4 | 3 << 6, 1.0, 3)
+    assert torch.equal(decode(_forged(ef3, [0b0100_0000, 0b1010_0100, 0x99, 0xA0], n=7)),
+                       torch.tensor([1.0, 0.0, 0.0, 1.0, 0.0, 0.0, 2.0]))
+    for body, match in (([0b0110_0000, 0b1010_0100, 0x99, 0xA0], "index 7 out of range"),  # 0, 3, 7
+                        ([0b0100_0000, 0b1011_0000, 0x99, 0xA0], increasing)):  # 0, 3, 2
+        with pytest.raises(CodecError, match=match):
+            decode(_forged(ef3, body, n=7))
 
 
 @given(seeds, st.integers(2, 8), st.sampled_from([0.02, 0.3, 0.95]))
@@ -243,35 +254,59 @@ def test_sparse_qstoch_layouts_carry_the_same_values(seed, bits, density):
     assert p.nbytes == min(sizes)
 
 
-@given(seeds, st.integers(1, 3000), st.one_of(st.sampled_from([0.0, 1.0]), st.floats(0.0, 1.0)))
-def test_elias_fano_stream_size_and_bound(seed, n, density):
-    """The Elias–Fano positions (``elias_fano`` module docstring) against a loop that writes
-    the documented stream: k low fields of l = floor(log2(n/k)) bits, then an upper stream
-    with bit ``(index >> l) + i`` set for the i-th index, each padded to bytes; at most
-    ``k (2 + ceil(log2(n/k)))`` bits (Elias 1974) and at least the floor log2 C(n, k)."""
-    keep = torch.rand(n, generator=gen(seed), dtype=torch.float64) < density
-    idx = torch.nonzero(keep).reshape(-1)
-    k = idx.numel()
-    lo_nbytes, up_nbytes = elias_fano.sections(n, k)
-    buf = torch.zeros(lo_nbytes + up_nbytes, dtype=torch.uint8)
-    elias_fano.encode(idx, n, buf)
-    assert torch.equal(elias_fano.decode(buf, n, k), idx)
-    if k == 0:
-        assert lo_nbytes == up_nbytes == 0
-        return
+def _elias_fano_stream(idx: list[int], n: int) -> bytes:
+    """The documented stream (``elias_fano`` module docstring), written by a loop: k low fields of
+    l = floor(log2(n/k)) bits, then an upper stream with bit ``(index >> l) + i`` set for the i-th
+    index among ``k + (n-1) >> l``, each padded with zero bits to whole bytes."""
+    k = len(idx)
     low = math.floor(math.log2(n / k))
-    low_bits = "".join(format(i % 2**low, f"0{low}b") if low else "" for i in idx.tolist())
+    low_bits = "".join(format(i % 2**low, f"0{low}b") if low else "" for i in idx)
     upper = ["0"] * (k + (n - 1) // 2**low)
-    for i, v in enumerate(idx.tolist()):
+    for i, v in enumerate(idx):
         upper[v // 2**low + i] = "1"
 
     def padded(bits: str) -> bytes:
         bits += "0" * (-len(bits) % 8)
         return bytes(int(bits[j: j + 8], 2) for j in range(0, len(bits), 8))
 
-    assert bytes(buf.tolist()) == padded(low_bits) + padded("".join(upper))
-    nbits = len(low_bits) + len(upper)
+    return padded(low_bits) + padded("".join(upper))
+
+
+def _elias_fano_round_trip(idx: torch.Tensor, n: int) -> bytes:
+    k = idx.numel()
+    lo_nbytes, up_nbytes = elias_fano.sections(n, k)
+    buf = torch.zeros(lo_nbytes + up_nbytes, dtype=torch.uint8)
+    elias_fano.encode(idx, n, buf)
+    got = elias_fano.decode(buf, n, k)
+    assert got.dtype == torch.int64 and torch.equal(got, idx)
+    return bytes(buf.tolist())
+
+
+@given(seeds, st.integers(1, 3000), st.one_of(st.sampled_from([0.0, 1.0]), st.floats(0.0, 1.0)))
+def test_elias_fano_stream_size_and_bound(seed, n, density):
+    """Random position sets: the stream a loop writes, at most ``k (2 + ceil(log2(n/k)))`` bits
+    (Elias 1974) and at least the floor log2 C(n, k)."""
+    keep = torch.rand(n, generator=gen(seed), dtype=torch.float64) < density
+    idx = torch.nonzero(keep).reshape(-1)
+    k = idx.numel()
+    got = _elias_fano_round_trip(idx, n)
+    if k == 0:
+        assert got == b"" and elias_fano.sections(n, 0) == (0, 0)
+        return
+    assert got == _elias_fano_stream(idx.tolist(), n)
+    low = math.floor(math.log2(n / k))
+    nbits = k * low + k + (n - 1) // 2**low
     assert math.log2(math.comb(n, k)) - 1e-9 <= nbits <= k * (2 + math.ceil(math.log2(n / k)))
+
+
+@pytest.mark.parametrize(("n", "idx"), [
+    (1, [0]), (2, [0, 1]), (5, [0, 2, 4]), (5, [1, 2, 3]), (8, [7]), (9, [8]), (16, list(range(16))),
+    (1000, [999]), (1000, [0, 1, 998, 999]), (2**20, [0, 2**20 - 1]),
+])
+def test_elias_fano_stream_at_the_edges(n, idx):
+    """Where a section's length crosses a byte (n = 5, k = 3: a 7-bit upper stream), l = 0
+    (k > n/2), an index at n - 1, and a range of 2**20."""
+    assert _elias_fano_round_trip(torch.tensor(idx), n) == _elias_fano_stream(idx, n)
 
 
 def test_sparse_qstoch_truncated_or_corrupted_payloads_are_refused():

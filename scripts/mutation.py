@@ -56,6 +56,12 @@ PROFILES: dict[str, tuple[list[str], list[str]]] = {
         ["algorithms/codecs/quant.py"],
         ["checks/test_anchor_codecs.py", "checks/test_codecs.py"],
     ),
+    # sparse-qstoch's Elias–Fano positions and the bit packing under every sparse body
+    "codecs-positions": (
+        ["algorithms/codecs/elias_fano.py", "algorithms/codecs/bitpack.py"],
+        ["checks/test_message_codecs.py", "checks/test_anchor_codecs.py", "checks/test_codecs.py",
+         "-k", "pack or elias or sparse_qstoch"],
+    ),
     "pipeline-links": (
         ["algorithms/pipeline/links.py"],
         ["checks/test_anchor_aqsgd.py",

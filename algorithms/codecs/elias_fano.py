@@ -27,8 +27,8 @@ from .bitpack import pack_bits, packed_nbytes, unpack_bits
 
 
 def low_bits(n: int, k: int) -> int:
-    """``l = floor(log2(n / k))`` (0 for ``k = 0``); ``n // k`` has the same floor of log2."""
-    return (n // k).bit_length() - 1 if k else 0
+    """``l = floor(log2(n / k))`` for ``1 <= k <= n``; ``n // k`` has the same floor of log2."""
+    return (n // k).bit_length() - 1
 
 
 def sections(n: int, k: int) -> tuple[int, int]:
@@ -47,7 +47,7 @@ def encode(idx: torch.Tensor, n: int, out: torch.Tensor) -> None:
     lo = low_bits(n, k)
     lo_nbytes, _ = sections(n, k)
     if lo:
-        pack_bits(idx & ((1 << lo) - 1), lo, out[:lo_nbytes])
+        pack_bits(idx, lo, out[:lo_nbytes])  # keeps the low ``lo`` bits of each index
     upper = np.zeros(k + ((n - 1) >> lo), dtype=np.uint8)
     upper[(idx.numpy() >> lo) + np.arange(k)] = 1
     pack_bits(torch.from_numpy(upper), 1, out[lo_nbytes:])
@@ -65,9 +65,9 @@ def decode(buf: torch.Tensor, n: int, k: int) -> torch.Tensor:
         raise CodecError(f"corrupted body: Elias–Fano upper stream has {ones.size} ones, header says {k}")
     idx = torch.from_numpy((ones - np.arange(k)).astype(np.int64) << lo)
     if lo:
-        idx |= unpack_bits(buf[:lo_nbytes], lo, k).to(torch.int64)
+        idx |= unpack_bits(buf[:lo_nbytes], lo, k)
     if int(idx[-1]) >= n:
         raise CodecError(f"corrupted body: Elias–Fano index {int(idx[-1])} out of range for {n} elements")
-    if k > 1 and not bool((idx[1:] > idx[:-1]).all()):
+    if not bool((idx[1:] > idx[:-1]).all()):
         raise CodecError("corrupted body: Elias–Fano index list is not strictly increasing")
     return idx
