@@ -23,13 +23,15 @@ is posted with the size the protocol fixes plus slack bytes after it:
   plus 2 end-marker bytes and ``BODY_SLACK`` bytes.
 
 Before each receive the bytes a message may leave untouched are set so that a
-message of another length is seen: the first buffer is filled with the Comm's
-random guard bytes (drawn per Comm, never sent, so a sender cannot predict
-them; none equals a byte of the end marker, and the magic's slot is zero), a
-body buffer's end-marker slot is cleared and its slack guarded.  A short
-message leaves guard or zero where the magic or end marker belongs, a long one
-(by at most the slack) changes the guard after the expected end, and both are a
-CommError naming the peer.  A sender
+message of another length is seen: the first buffer holds the Comm's random
+guard bytes (drawn per Comm, never sent, so a sender cannot predict them; none
+equals a byte of the end marker, and the magic's slot is zero), a body buffer's
+end-marker slot is cleared and its slack guarded.  A short message leaves guard
+or zero where the magic or end marker belongs, a long one (by at most the
+slack) changes the guard after the expected end, and both are a CommError
+naming the peer.  After a frame of ``end`` bytes passed every check, only those
+bytes get their guard back before the next receive (``_FirstBuffer.dirty``);
+after a failed check, the whole buffer.  A sender
 following the protocol never sends more than its header announced, and refuses
 a payload above ``max_frame_bytes`` itself (``Comm.send``), so gloo never sees a
 message longer than the buffer posted for it.  A body's receive buffer is sized by
@@ -95,6 +97,10 @@ from .progress_board import Heartbeat
 #: end marker and guard fit travels as that one message: half the transport calls of
 #: two, for the small frames (activations of a few micro-batch rows, control frames)
 #: whose cost is per message, not per byte.  A larger first message aborts inside gloo.
+#: Larger frames go as two messages: one message saves gloo's rendezvous for the body but
+#: costs a receive two copies (the payload out, the guard back), and a 2 MiB buffer sent
+#: frames up to 2 MiB as one without a resolvable gain at 1 MiB
+#: (benchmarks/results/inline-2mib-2core/).
 FIRST_BUFFER_NBYTES = 64 << 10
 # Bytes posted after a large frame's body: a longer body by up to this many is a
 # CommError, a longer one still aborts inside gloo (module docstring).  Small because the
@@ -145,6 +151,10 @@ class _FirstBuffer:
         self.tensor = torch.empty(FIRST_BUFFER_NBYTES, dtype=torch.uint8, device=device)
         self.host = self.tensor.numpy() if device.type == "cpu" else None
         self.dirty = FIRST_BUFFER_NBYTES
+
+    def read(self, lo: int, hi: int) -> np.ndarray:
+        """Bytes ``lo:hi`` on the host (a view of a host buffer; a copy of a device's)."""
+        return self.host[lo:hi] if self.host is not None else self.tensor[lo:hi].cpu().numpy()
 
 
 class _BackendErrors:
@@ -340,22 +350,22 @@ class TorchDistComm(Comm):
         if hbuf.host is not None:
             np.copyto(hbuf.host[:dirty], self._first_guard[:dirty])
         else:
-            hbuf.tensor.copy_(torch.from_numpy(self._first_guard))
+            hbuf.tensor[:dirty].copy_(torch.from_numpy(self._first_guard[:dirty]))
         got = self._recv_message(hbuf.tensor, src, what)
-        view = hbuf.host if hbuf.host is not None else hbuf.tensor.cpu().numpy()
-        n = parse_frame_header(view[:FRAME_HEADER_NBYTES].tobytes(), rank=self.rank, src=got,
+        n = parse_frame_header(hbuf.read(0, FRAME_HEADER_NBYTES).tobytes(), rank=self.rank, src=got,
                                taghash=taghash, max_frame_bytes=self.max_frame_bytes)
         inline = n <= INLINE_MAX_PAYLOAD  # the payload and its end marker came with the header
         end = FRAME_HEADER_NBYTES + (n + FRAME_END_NBYTES if inline else 0)
+        tail = hbuf.read(end - FRAME_END_NBYTES, end + _CHECKED)
         if inline:
-            check_frame_end(view[end - FRAME_END_NBYTES: end].tobytes(), rank=self.rank, src=got, nbytes=n)
-        self._check_guard(view[end: end + _CHECKED].tobytes(), self._first_guard_bytes[end: end + _CHECKED],
+            check_frame_end(tail[:FRAME_END_NBYTES].tobytes(), rank=self.rank, src=got, nbytes=n)
+        self._check_guard(tail[FRAME_END_NBYTES:].tobytes(), self._first_guard_bytes[end: end + _CHECKED],
                           got, end)
         hbuf.dirty = end
         if not inline:  # the header alone; the body follows
             return got, n, None
         payload = torch.empty(n, dtype=torch.uint8)
-        np.copyto(payload.numpy(), view[FRAME_HEADER_NBYTES: FRAME_HEADER_NBYTES + n])
+        np.copyto(payload.numpy(), hbuf.read(FRAME_HEADER_NBYTES, FRAME_HEADER_NBYTES + n))
         return got, n, payload
 
     def _post_recv_frame(self, src, taghash):
