@@ -381,10 +381,12 @@ def test_block_pool_size_is_min_of_4_cpus_and_torch_threads(monkeypatch):
     monkeypatch.setattr(torch, "get_num_threads", lambda: 3)
     for cpus in (None, 1):
         monkeypatch.setattr(os, "cpu_count", lambda c=cpus: c)
+        monkeypatch.setattr(_rng, "_CORES", _rng._count_cores())  # read once, at import
         monkeypatch.setattr(_rng, "_pool", None)
         assert _rng._executor() is None and names() == main
     for cpus, workers in ((8, 3), (2, 2)):  # 2 workers is the smallest pool ("skipped below 2")
         monkeypatch.setattr(os, "cpu_count", lambda c=cpus: c)
+        monkeypatch.setattr(_rng, "_CORES", _rng._count_cores())
         monkeypatch.setattr(_rng, "_pool", None)
         pool = _rng._executor()
         try:

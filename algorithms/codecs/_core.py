@@ -214,10 +214,10 @@ def build_header(family: int, dtype: torch.dtype, shape: tuple[int, ...], params
 
 def seal(data: torch.Tensor) -> None:
     """Write the body CRC of a version-2 payload (and the header CRC over it), in place."""
-    if int(data[2]) != VERSION_BODY_CRC:
+    arr = data.numpy()  # read through numpy: indexing the tensor is an op per byte read
+    if arr[2] != VERSION_BODY_CRC:
         return
-    h0 = _h0(int(data[5]), int(data[3]), VERSION_BODY_CRC)
-    arr = data.numpy()
+    h0 = _h0(int(arr[5]), int(arr[3]), VERSION_BODY_CRC)
     struct.pack_into("<I", arr, h0 - CRC_BYTES - BODY_CRC_BYTES, body_crc32(arr[h0:]))
     struct.pack_into("<I", arr, h0 - CRC_BYTES, zlib.crc32(arr[: h0 - CRC_BYTES]))
 
@@ -247,12 +247,17 @@ def as_payload_tensor(p: object) -> torch.Tensor:
     raise CodecError(f"cannot decode an object of type {type(p).__name__}; expected a Payload")
 
 
+def _prefix(data: torch.Tensor, n: int) -> bytes:
+    """The payload's first ``n`` bytes (a host payload through numpy, without a tensor op)."""
+    return data.numpy()[:n].tobytes() if data.device.type == "cpu" else bytes(data[:n].tolist())
+
+
 def peek_family(data: torch.Tensor) -> int:
     if data.numel() < FIXED_HEADER:
         raise CodecError(
             f"truncated payload: {data.numel()} bytes, a header needs at least {FIXED_HEADER}"
         )
-    head = bytes(data[:FIXED_HEADER].tolist())
+    head = _prefix(data, FIXED_HEADER)
     if head[:2] != MAGIC:
         raise CodecError(
             f"bad magic {head[:2]!r}: not a commbench codec payload (expected {MAGIC!r})"
@@ -282,14 +287,14 @@ def parse_header(data: torch.Tensor, expect_family: int | None = None,
             f"payload was made by codec family {FAMILY_NAMES[family]!r} (id {family}), "
             f"not {FAMILY_NAMES[expect_family]!r} (id {expect_family})"
         )
-    head = bytes(data[:FIXED_HEADER].tolist())
+    head = _prefix(data, FIXED_HEADER)
     version, dcode, ndim = head[2], head[4], head[5]
     if ndim > MAX_NDIM:
         raise CodecError(f"corrupted header: ndim {ndim} > {MAX_NDIM}")
     h0 = _h0(ndim, family, version)
     if data.numel() < h0:
         raise CodecError(f"truncated payload: {data.numel()} bytes, header needs {h0}")
-    raw = bytes(data[:h0].tolist())
+    raw = _prefix(data, h0)
     (crc,) = struct.unpack_from("<I", raw, h0 - CRC_BYTES)
     if zlib.crc32(raw[: h0 - CRC_BYTES]) != crc:
         raise CodecError("corrupted header: CRC-32 mismatch")

@@ -68,8 +68,8 @@ def crc32(buf: np.ndarray) -> int:
     """``zlib.crc32`` of a contiguous uint8 array (read in place), in parallel pieces when
     it is large and the pool has several workers."""
     n = buf.size
-    workers = pool_workers()
-    if workers < 2 or n < PARALLEL_MIN_BYTES:
+    workers = pool_workers() if n >= PARALLEL_MIN_BYTES else 1
+    if workers < 2:
         return zlib_ng.crc32(buf)
     piece = -(-n // workers)
     crcs = run_blocks(lambda j: zlib_ng.crc32(buf[j * piece : (j + 1) * piece]), workers)
