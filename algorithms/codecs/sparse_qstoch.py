@@ -38,6 +38,7 @@ from __future__ import annotations
 import math
 import struct
 
+import numpy as np
 import torch
 
 from . import elias_fano
@@ -107,8 +108,13 @@ class SparseQStochCodec(_QStochBits):
     name = "sparse-qstoch"
 
     def _survivors(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        flat = x.reshape(-1)
-        idx = torch.nonzero(flat).reshape(-1)
+        flat = x.detach().reshape(-1)
+        if flat.device.type == "cpu" and flat.dtype != torch.bfloat16:
+            # numpy's compare, then flatnonzero of the mask: 6.7 ms against torch.nonzero's
+            # 10.4 ms on 4M float32 (2-core VM); the same positions (-0.0 counts as zero)
+            idx = torch.from_numpy(np.flatnonzero(flat.numpy() != 0))
+        else:  # numpy has no bfloat16
+            idx = torch.nonzero(flat).reshape(-1)
         return idx, flat[idx]
 
     def encoded_nbytes(self, x: torch.Tensor) -> int:
