@@ -309,6 +309,27 @@ def test_elias_fano_stream_at_the_edges(n, idx):
     assert _elias_fano_round_trip(torch.tensor(idx), n) == _elias_fano_stream(idx, n)
 
 
+@pytest.mark.parametrize("workers", [1, 3])
+def test_sparse_qstoch_survivors_of_a_large_tensor_are_torch_nonzero(workers, monkeypatch):
+    """Above ``PARALLEL_MIN_ELEMENTS`` the positions come from numpy in blocks on the codec pool
+    (3 blocks of unequal length here): the same list as ``torch.nonzero``, -0.0 a zero, with
+    survivors on both sides of every block edge."""
+    from algorithms.codecs import _rng
+    from algorithms.codecs.sparse_qstoch import PARALLEL_MIN_ELEMENTS, SparseQStochCodec
+
+    monkeypatch.setattr(_rng, "_CORES", workers)
+    monkeypatch.setattr(torch, "get_num_threads", lambda: workers)
+    monkeypatch.setattr(_rng, "_pool", None)
+    n = 3 * PARALLEL_MIN_ELEMENTS + 5
+    x = _sparse(7, (n,), 0.1, torch.float32)
+    per = -(-n // 3)
+    for edge in (per - 1, per, 2 * per - 1, 2 * per, n - 1):
+        x[edge] = 1.5
+    x[x.abs() > 2.5] = -0.0
+    idx, vals = SparseQStochCodec(4)._survivors(x)
+    assert torch.equal(idx, torch.nonzero(x).reshape(-1)) and torch.equal(vals, x[idx])
+
+
 def test_sparse_qstoch_truncated_or_corrupted_payloads_are_refused():
     codec = make_codec("sparse-qstoch:bits=5")
     x = torch.tensor([0.5, 0.0, -1.25, 0.0, 3.0, 0.0, 0.0, 2.0])

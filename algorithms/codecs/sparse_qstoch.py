@@ -54,6 +54,7 @@ from ._core import (
     log2_binom,
     make_payload,
 )
+from ._rng import pool_workers, run_blocks
 from .bitpack import pack_bits, packed_nbytes, unpack_bits
 from .quant import FLT32_MAX, FLT32_MIN_NORMAL, QSTOCH_BITS, _QStochBits, qstoch_law
 from .sparse_body import FMT_BITMAP, decode_positions, encode_positions
@@ -62,6 +63,7 @@ PARAMS = struct.Struct("<BfI")  # B | layout << 6, δ, nnz
 LAYOUT_INDEX, LAYOUT_BITMAP, LAYOUT_DENSE, LAYOUT_EF = 0, 1, 2, 3
 LAYOUTS = (LAYOUT_INDEX, LAYOUT_BITMAP, LAYOUT_DENSE, LAYOUT_EF)
 LAYOUT_SHIFT = 6
+PARALLEL_MIN_ELEMENTS = 1 << 16  # below this the pool's hand-off costs more than it saves
 
 
 def index_width(n: int) -> int:
@@ -96,6 +98,16 @@ def _scale_ok(delta: float, nnz: int) -> bool:
     return delta == 0.0 if nnz == 0 else FLT32_MIN_NORMAL <= delta <= FLT32_MAX
 
 
+def _nonzero_positions(a: np.ndarray) -> torch.Tensor:
+    """``torch.nonzero`` of a flat array (-0.0 counts as zero) as numpy's compare and
+    flatnonzero, in blocks on the codec pool: 6.9 / 3.7 ms against 10.4 / 5.3 ms on 4M float32
+    at 1 / 2 threads (2-core VM)."""
+    workers = pool_workers() if a.size >= PARALLEL_MIN_ELEMENTS else 1
+    per = -(-a.size // workers)
+    parts = run_blocks(lambda j: np.flatnonzero(a[j * per: (j + 1) * per] != 0) + j * per, workers)
+    return torch.from_numpy(parts[0] if workers == 1 else np.concatenate(parts))
+
+
 def _values(codes: torch.Tensor, bits: int, delta: float, dtype: torch.dtype) -> torch.Tensor:
     """``(code - 2**(B-1)) * δ`` in float64, then cast to ``dtype``."""
     return ((codes - 2 ** (bits - 1)).to(torch.float64) * delta).to(dtype)
@@ -110,9 +122,7 @@ class SparseQStochCodec(_QStochBits):
     def _survivors(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         flat = x.detach().reshape(-1)
         if flat.device.type == "cpu" and flat.dtype != torch.bfloat16:
-            # numpy's compare, then flatnonzero of the mask: 6.7 ms against torch.nonzero's
-            # 10.4 ms on 4M float32 (2-core VM); the same positions (-0.0 counts as zero)
-            idx = torch.from_numpy(np.flatnonzero(flat.numpy() != 0))
+            idx = _nonzero_positions(flat.numpy())
         else:  # numpy has no bfloat16
             idx = torch.nonzero(flat).reshape(-1)
         return idx, flat[idx]
