@@ -63,7 +63,7 @@ def decode(buf: torch.Tensor, n: int, k: int) -> torch.Tensor:
     ones = np.flatnonzero(upper.numpy())
     if ones.size != k:
         raise CodecError(f"corrupted body: Elias–Fano upper stream has {ones.size} ones, header says {k}")
-    idx = torch.from_numpy((ones - np.arange(k)).astype(np.int64) << lo)
+    idx = torch.from_numpy((ones - np.arange(k)).astype(np.int64, copy=False) << lo)
     if lo:
         idx |= unpack_bits(buf[:lo_nbytes], lo, k)
     if int(idx[-1]) >= n:
