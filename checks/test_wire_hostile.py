@@ -41,7 +41,12 @@ from algorithms.codecs._core import (
 )
 from harness.comm import CommError, ThreadsWorld
 from harness.comm.base import FRAME_END, FRAME_MAGIC, tag_hash
-from harness.comm.torchdist import BODY_SLACK, FIRST_BUFFER_NBYTES, INLINE_MAX_PAYLOAD
+from harness.comm.torchdist import (
+    BODY_SLACK,
+    FIRST_BUFFER_NBYTES,
+    INLINE_MAX_PAYLOAD,
+    SIZED_MIN_PAYLOAD,
+)
 
 from ._gloo import run_gloo
 
@@ -195,6 +200,64 @@ def test_gloo_malformed_frames_are_comm_errors_not_aborts():
     for (name, _), msg in zip(_GLOO_CASES, res, strict=False):
         assert "rank 1" in msg and "rank 0" in msg, (name, msg)
     assert res[len(_GLOO_CASES):] == [[True] * 5, True]
+
+
+# Where the pair's history expects a frame of _SIZED bytes (two of that size came before), the
+# receiver posts a buffer for that frame whole: header, payload, end marker and 8 guarded bytes.
+# Each case stays within it (a longer message aborts inside gloo, as for any buffer).
+_SIZED = SIZED_MIN_PAYLOAD
+_GLOO_SIZED_CASES = (
+    ("the expected header alone", "shorter", [_header(_SIZED)]),
+    ("short sized frame by one byte", "shorter", [_header(_SIZED) + bytes(_SIZED - 1) + FRAME_END]),
+    ("sized frame without an end marker", "shorter", [_header(_SIZED) + bytes(_SIZED + 2)]),
+    ("long sized frame by one byte", "longer", [_header(_SIZED) + bytes(_SIZED) + FRAME_END + b"\x00"]),
+    ("long sized frame of 0xA5", "longer", [_header(_SIZED) + bytes(_SIZED) + FRAME_END + bytes([0xA5] * 8)]),
+    # another large size must come as a header alone: a whole frame of it is refused
+    ("a whole frame of an unexpected size", "longer", [_header(_SIZED - 8) + bytes(_SIZED - 8) + FRAME_END]),
+    ("a header of an unexpected size with bytes after it", "longer", [_header(_SIZED + 1) + b"\x01"]),
+    ("short inline frame", "shorter", [_header(300) + bytes(100) + FRAME_END]),
+)
+
+
+def _gloo_hostile_sized(comm):
+    import torch.distributed as dist
+
+    frame = (torch.arange(_SIZED) % 251).to(torch.uint8)
+    out = []
+    if comm.rank == 1:  # two frames of one large size: the next is expected at that size
+        comm.send(frame, 0)
+        comm.send(frame, 0)
+    else:
+        out.append([torch.equal(comm.recv(1), frame) for _ in range(2)])
+    for _, _, messages in _GLOO_SIZED_CASES:
+        if comm.rank == 1:
+            for m in messages:
+                dist.send(torch.frombuffer(bytearray(m), dtype=torch.uint8), 0)
+        else:
+            try:
+                comm.recv(1)
+                out.append("no error")
+            except CommError as e:
+                out.append(str(e))
+        comm.barrier()
+    # a refused frame leaves the history as it was: the expected size still comes whole, then
+    # another size (header and body), a small inline frame, and the large size again
+    frames = [frame, frame[:-1], frame[:5], frame, frame, frame]
+    if comm.rank == 1:
+        for f in frames:
+            comm.send(f, 0)
+    else:
+        out.append([torch.equal(comm.recv(1), f) for f in frames])
+    return out
+
+
+@pytest.mark.gloo
+def test_gloo_malformed_sized_frames_are_comm_errors_not_aborts():
+    res = run_gloo(2, _gloo_hostile_sized, timeout_s=30)[0]
+    assert res[0] == [True, True]
+    for (name, kind, _), msg in zip(_GLOO_SIZED_CASES, res[1:], strict=False):
+        assert "rank 1" in msg and "rank 0" in msg and kind in msg, (name, msg)
+    assert res[1 + len(_GLOO_SIZED_CASES):] == [[True] * 6]
 
 
 def _gloo_gather_bomb(comm):

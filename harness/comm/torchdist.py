@@ -6,7 +6,14 @@ with a 2-byte end marker), so a receiver needs no prior knowledge of the size
 and a protocol mismatch is caught, not decoded.  A frame of up to
 ``INLINE_MAX_PAYLOAD`` payload bytes travels as one transport message (header,
 payload, end marker); a larger one as two (the header, then payload and end
-marker), so its body's buffer is sized by what the header announced.
+marker), so its body's buffer is sized by what the header announced.  Except a
+large frame of the size its pair expects: sender and receiver keep the same
+history per peer and tag (``_SizeHistory``), and once two frames of one size of
+at least ``SIZED_MIN_PAYLOAD`` bytes came in a row, the next of that size is one
+message too, received into a buffer posted at that size (``_sized_buffer``) and
+handed on as a view.  Gloo sends a message only once its receive is posted (a
+rendezvous), so a body received behind its header waits a round of that per
+frame; a pipeline's activations and gradients repeat their sizes.
 
 What gloo allows a receiver to check: it accepts a message shorter than the
 posted buffer (leaving the buffer's tail untouched) and aborts the whole
@@ -49,7 +56,11 @@ Sends are posted, not waited on (``_send_frame``): the frame's messages
 own their buffers, gloo keeps them in order per peer, and the Comm waits for
 them only when more than ``max_in_flight_bytes`` are in flight (oldest first),
 at every collective and barrier (a synchronisation point), and at close, so a
-stage computes its next micro-batch while the last one is on the wire.  A send
+stage computes its next micro-batch while the last one is on the wire.  (Gloo's
+send work reports completion only once waited on, so on gloo a frame is let go
+at the bound or a synchronisation point, not when its bytes left; a large frame
+waited on at the bound is kept as a spare for the next of its size,
+``SPARE_FRAMES``, because new pages cost a page fault each.)  A send
 that fails (a dead peer) raises at the first of those waits, naming the peer.
 Every wait is bounded by the Comm's timeout; a peer that died surfaces as a
 CommError within it (usually at once: gloo sees the closed connection), a
@@ -110,6 +121,16 @@ BODY_SLACK = 64
 _CHECKED = 8  # the slack bytes guarded: a longer message overwrites them first
 #: The largest payload sent inline (in the frame's one message).
 INLINE_MAX_PAYLOAD = FIRST_BUFFER_NBYTES - FRAME_HEADER_NBYTES - FRAME_END_NBYTES - _CHECKED
+#: A pair (sender, receiver, tag) whose payloads of at least this many bytes repeat a size sends
+#: the next frame of that size as one message too: both ends keep the same history
+#: (:class:`_SizeHistory`), so the receiver posts a buffer of that size ahead, and the body does
+#: not wait for gloo's rendezvous behind a header the receiver has to read first.
+SIZED_MIN_PAYLOAD = FIRST_BUFFER_NBYTES
+#: Frames above FIRST_BUFFER_NBYTES kept after their send was waited on, for the next frame of
+#: the same size (a pipeline's activations and gradients repeat theirs): filling memory already
+#: touched costs a fraction of new pages (a page fault each, about 2 us on a VM).  Let go at every
+#: synchronisation point.
+SPARE_FRAMES = 2
 #: Bytes of posted sends a rank lets the transport hold before it waits for the oldest.
 MAX_IN_FLIGHT_BYTES = 64 << 20
 #: Bytes per rank in one round of the results gather (what a declared size can cost rank 0
@@ -126,10 +147,32 @@ class _Posted:
 
     works: list
     bufs: list[torch.Tensor]
+    frame: torch.Tensor  # on the host
     what: str
     nbytes: int
 
 
+
+
+class _SizeHistory:
+    """Per (peer, tag hash): the last payload size of at least ``SIZED_MIN_PAYLOAD`` bytes and
+    whether the one before had the same size.  Sender and receiver record the same frames in
+    the same order (gloo keeps a pair's messages in order; a receive checks the tag), so both
+    ends agree on ``expected`` without a message: the size a frame may travel at in one message."""
+
+    def __init__(self):
+        self._last: dict[tuple[int, int], tuple[int, bool]] = {}
+
+    def expected(self, peer: int, taghash: int) -> int | None:
+        last = self._last.get((peer, taghash))
+        return last[0] if last is not None and last[1] else None
+
+    def record(self, peer: int, taghash: int, n: int) -> None:
+        if n < SIZED_MIN_PAYLOAD:
+            self._last.pop((peer, taghash), None)
+        else:
+            last = self._last.get((peer, taghash))
+            self._last[(peer, taghash)] = (n, last is not None and last[0] == n)
 
 
 def _first_buffer_guard() -> np.ndarray:
@@ -147,8 +190,8 @@ class _FirstBuffer:
     """A receive buffer for frames' first messages, its host view, and how many of its
     leading bytes the last message may have written (only those need their guard back)."""
 
-    def __init__(self, device: torch.device):
-        self.tensor = torch.empty(FIRST_BUFFER_NBYTES, dtype=torch.uint8, device=device)
+    def __init__(self, device: torch.device, nbytes: int = FIRST_BUFFER_NBYTES):
+        self.tensor = torch.empty(nbytes, dtype=torch.uint8, device=device)
         self.host = self.tensor.numpy() if device.type == "cpu" else None
         self.dirty = FIRST_BUFFER_NBYTES
 
@@ -260,7 +303,13 @@ class TorchDistComm(Comm):
         self._heartbeat = Heartbeat(self.board, self.rank) if self.board is not None else None
         self._sends: deque[_Posted] = deque()  # posted sends not yet waited on, oldest first
         self._sends_bytes = 0
+        self._spare_frames: list[torch.Tensor] = []  # oldest first, at most SPARE_FRAMES
         self.max_in_flight_bytes = max_in_flight_bytes
+        # the sizes of large frames sent and received, per peer and tag: when one repeats, the
+        # next frame of that size is one message, received into a buffer posted at its size
+        self._sizes_out, self._sizes_in = _SizeHistory(), _SizeHistory()
+        # the transport's own calls (dist.isend/irecv resolve and check the group on every call)
+        self._pg = dist.group.WORLD
 
     def _guard(self, what: str) -> _BackendErrors:
         """Turn the backend's errors (closed peer, timeout) into CommError."""
@@ -286,25 +335,35 @@ class TorchDistComm(Comm):
         # flight pass the bound, and at every collective and barrier (_flush_sends).
         self._reap_sends()
         n = data.numel()
-        frame = torch.empty(FRAME_HEADER_NBYTES + n + FRAME_END_NBYTES, dtype=torch.uint8)
+        frame = self._new_frame(FRAME_HEADER_NBYTES + n + FRAME_END_NBYTES)
         # filled through numpy and struct: torch's sliced copies cost ~5x numpy's memcpy at
         # 1 MiB, and a tensor op is one more call through a rank's memory meter (a dispatch mode)
         f = frame.numpy()
         pack_frame_into(f, n, taghash)
         np.copyto(f[FRAME_HEADER_NBYTES:-FRAME_END_NBYTES],
                   data.numpy() if data.device.type == "cpu" else data.cpu().numpy())
-        frame = self._to_dev(frame)
-        # one message (header, payload, end marker), or the header and then the body
-        bufs = [frame] if n <= INLINE_MAX_PAYLOAD else [frame[:FRAME_HEADER_NBYTES], frame[FRAME_HEADER_NBYTES:]]
+        host_frame, frame = frame, self._to_dev(frame)
+        # one message (header, payload, end marker) when it fits the receiver's first buffer or
+        # has the size the receiver expects from this pair's history, else the header, then the body
+        whole = n <= INLINE_MAX_PAYLOAD or n == self._sizes_out.expected(dst, taghash)
+        self._sizes_out.record(dst, taghash, n)
+        bufs = [frame] if whole else [frame[:FRAME_HEADER_NBYTES], frame[FRAME_HEADER_NBYTES:]]
         what = f"send to rank {dst}"
         with self._guard(what):
-            works = [dist.isend(b, dst) for b in bufs]
+            works = [self._pg.send([b], dst, 0) for b in bufs]
         nbytes = sum(b.numel() for b in bufs)
-        self._sends.append(_Posted(works, bufs, what, nbytes))
+        self._sends.append(_Posted(works, bufs, host_frame, what, nbytes))
         self._sends_bytes += nbytes
         _POSTING.add(self)
         while self._sends_bytes > self.max_in_flight_bytes and len(self._sends) > 1:
             self._finish_oldest_send()
+
+    def _new_frame(self, nbytes: int) -> torch.Tensor:
+        """A host buffer for a frame: a spare of that size if one is kept (SPARE_FRAMES)."""
+        for i, spare in enumerate(self._spare_frames):
+            if spare.numel() == nbytes:
+                return self._spare_frames.pop(i)
+        return torch.empty(nbytes, dtype=torch.uint8)
 
     def _finish_oldest_send(self) -> None:
         posted = self._sends.popleft()
@@ -314,21 +373,27 @@ class TorchDistComm(Comm):
         with self._guard(posted.what):
             for w in posted.works:
                 self._wait(w, posted.what)
+        if posted.frame.numel() > FIRST_BUFFER_NBYTES:  # the transport is done with it
+            self._spare_frames.append(posted.frame)
+            del self._spare_frames[:-SPARE_FRAMES]
 
     def _reap_sends(self) -> None:
-        """Let go of the sends that completed (a failed one raises, naming its peer)."""
+        """Let go of the sends that completed (a failed one raises, naming its peer).  Gloo's
+        send work says it completed only once waited on: there, this lets go of nothing."""
         while self._sends and all(w.is_completed() for w in self._sends[0].works):
             self._finish_oldest_send()
 
     def _flush_sends(self) -> None:
-        """Wait for every posted send, oldest first (each bounded by the timeout)."""
+        """Wait for every posted send, oldest first (each bounded by the timeout); the spare
+        frames go too (a synchronisation point leaves no transport buffer behind)."""
         while self._sends:
             self._finish_oldest_send()
+        self._spare_frames.clear()
 
     def _recv_message(self, buf: torch.Tensor, src: int | None, what: str) -> int:
         """Receive one transport message into ``buf``; returns its source."""
         with self._guard(what):
-            work = dist.irecv(buf, src=src)
+            work = self._pg.recv([buf], src, 0) if src is not None else self._pg.recv_anysource([buf], 0)
             self._wait(work, what)
             return int(work._source_rank()) if src is None else src
 
@@ -338,35 +403,75 @@ class TorchDistComm(Comm):
             raise CommError(f"rank {self.rank}: message from rank {src} is longer than the "
                             f"{end} bytes its frame announced")
 
-    def _recv_first(self, src: int | None, taghash: int, what: str,
-                    hbuf: _FirstBuffer | None = None) -> tuple[int, int, torch.Tensor | None]:
-        """A frame's first message: (source, payload length, the payload if it came inline)."""
-        hbuf = self._hbuf if hbuf is None else hbuf
-        # The checks read numpy views on the host: no tensor op (and no tensor the memory
-        # meter would count) per check; the payload's copy is the one tensor a receive makes.
-        # Only the bytes the buffer's last message wrote need their guard back (a message
-        # writes its own length and no more): after a checked frame its ``end``, else all.
-        dirty, hbuf.dirty = hbuf.dirty, FIRST_BUFFER_NBYTES
-        if hbuf.host is not None:
-            np.copyto(hbuf.host[:dirty], self._first_guard[:dirty])
+    def _far_guard(self, lo: int, hi: int) -> np.ndarray:
+        """The guard of bytes ``lo:hi`` of a sized buffer past its first ``FIRST_BUFFER_NBYTES``:
+        the first buffer's guard after the header, repeated (random, no byte of the end marker,
+        and the same byte at an offset whichever expected size's slot covers it)."""
+        period = FIRST_BUFFER_NBYTES - FRAME_HEADER_NBYTES
+        return self._first_guard[FRAME_HEADER_NBYTES + np.arange(lo, hi) % period]
+
+    def _sized_buffer(self, sizes) -> _FirstBuffer:
+        """A new first buffer for a frame that may come whole at one of the expected ``sizes``:
+        the first buffer's guard over its first ``FIRST_BUFFER_NBYTES`` bytes (any other first
+        message is checked as in the reused buffer), and for each size its end marker's slot and
+        the slack after it guarded (:meth:`_far_guard`).  The rest is never read: a frame of an
+        expected size ends where its slot is, and any other first message ends in the first bytes."""
+        top = FRAME_HEADER_NBYTES + max(sizes) + FRAME_END_NBYTES + _CHECKED
+        buf = _FirstBuffer(self.device, max(FIRST_BUFFER_NBYTES, top))
+        buf.dirty = 0  # nothing to restore: the buffer is not reused
+        if buf.host is not None:
+            np.copyto(buf.host[:FIRST_BUFFER_NBYTES], self._first_guard)
         else:
-            hbuf.tensor[:dirty].copy_(torch.from_numpy(self._first_guard[:dirty]))
-        got = self._recv_message(hbuf.tensor, src, what)
+            buf.tensor[:FIRST_BUFFER_NBYTES].copy_(torch.from_numpy(self._first_guard))
+        for n in sizes:
+            lo = FRAME_HEADER_NBYTES + n
+            hi = lo + FRAME_END_NBYTES + _CHECKED
+            if buf.host is not None:
+                buf.host[lo:hi] = self._far_guard(lo, hi)
+            else:
+                buf.tensor[lo:hi].copy_(torch.from_numpy(self._far_guard(lo, hi)))
+        return buf
+
+    def _recv_first(self, srcs: list[int], taghash: int, what: str,
+                    hbuf: _FirstBuffer | None = None) -> tuple[int, int, torch.Tensor | None]:
+        """A frame's first message from one of ``srcs``: (source, payload length, the payload if it
+        came with the header)."""
+        # The checks read numpy views on the host: no tensor op (and no tensor the memory
+        # meter would count) per check.
+        expected = {s: e for s in srcs if (e := self._sizes_in.expected(s, taghash)) is not None}
+        if expected:
+            hbuf = self._sized_buffer(set(expected.values()))
+        else:
+            # Only the bytes the reused buffer's last message wrote need their guard back (a
+            # message writes its own length and no more): after a checked frame its ``end``, else all.
+            hbuf = self._hbuf if hbuf is None else hbuf
+            dirty, hbuf.dirty = hbuf.dirty, FIRST_BUFFER_NBYTES
+            if hbuf.host is not None:
+                np.copyto(hbuf.host[:dirty], self._first_guard[:dirty])
+            else:
+                hbuf.tensor[:dirty].copy_(torch.from_numpy(self._first_guard[:dirty]))
+        got = self._recv_message(hbuf.tensor, srcs[0] if len(srcs) == 1 else None, what)
         n = parse_frame_header(hbuf.read(0, FRAME_HEADER_NBYTES).tobytes(), rank=self.rank, src=got,
                                taghash=taghash, max_frame_bytes=self.max_frame_bytes)
-        inline = n <= INLINE_MAX_PAYLOAD  # the payload and its end marker came with the header
+        sized = n == expected.get(got)  # the whole frame, at the size this pair's history expects
+        inline = sized or n <= INLINE_MAX_PAYLOAD  # the payload and its end marker came with the header
         end = FRAME_HEADER_NBYTES + (n + FRAME_END_NBYTES if inline else 0)
         tail = hbuf.read(end - FRAME_END_NBYTES, end + _CHECKED)
         if inline:
             check_frame_end(tail[:FRAME_END_NBYTES].tobytes(), rank=self.rank, src=got, nbytes=n)
-        self._check_guard(tail[FRAME_END_NBYTES:].tobytes(), self._first_guard_bytes[end: end + _CHECKED],
-                          got, end)
-        hbuf.dirty = end
+        guard = (self._far_guard(end, end + _CHECKED).tobytes() if sized
+                 else self._first_guard_bytes[end: end + _CHECKED])
+        self._check_guard(tail[FRAME_END_NBYTES:].tobytes(), guard, got, end)
+        if not sized:
+            hbuf.dirty = end
         if not inline:  # the header alone; the body follows
             return got, n, None
-        payload = torch.empty(n, dtype=torch.uint8)
-        np.copyto(payload.numpy(), hbuf.read(FRAME_HEADER_NBYTES, FRAME_HEADER_NBYTES + n))
-        return got, n, payload
+        payload = hbuf.tensor[FRAME_HEADER_NBYTES: FRAME_HEADER_NBYTES + n]
+        if sized:  # a buffer of its own: the payload is a view of it (on a GPU, a copy to the host)
+            return got, n, payload if hbuf.host is not None else payload.cpu()
+        out = torch.empty(n, dtype=torch.uint8)  # the reused buffer: the one copy a receive makes
+        np.copyto(out.numpy(), hbuf.read(FRAME_HEADER_NBYTES, FRAME_HEADER_NBYTES + n))
+        return got, n, out
 
     def _post_recv_frame(self, src, taghash):
         if src not in self._receivers:
@@ -374,18 +479,22 @@ class TorchDistComm(Comm):
         return self._receivers[src].post(taghash)
 
     def _recv_frame(self, src, taghash, hbuf: _FirstBuffer | None = None):
-        _, n, payload = self._recv_first(src, taghash, f"recv from rank {src}", hbuf)
-        return payload if payload is not None else self._recv_body(n, src)
+        _, n, payload = self._recv_first([src], taghash, f"recv from rank {src}", hbuf)
+        payload = payload if payload is not None else self._recv_body(n, src)
+        self._sizes_in.record(src, taghash, n)
+        return payload
 
     def _recv_any_frame(self, srcs, taghash):
         # The first message from any source (gloo's recv-from-any-source), then the body
         # from that source: per-pair FIFO order keeps header and body together.
         what = f"recv from any of ranks {srcs}"
-        src, n, payload = self._recv_first(None, taghash, what)
+        src, n, payload = self._recv_first(srcs, taghash, what)
         if src not in srcs:
             raise CommError(f"rank {self.rank}: {what} got a message from rank {src}, "
                             "which is not one of them (the ranks' programs disagree)")
-        return src, payload if payload is not None else self._recv_body(n, src)
+        payload = payload if payload is not None else self._recv_body(n, src)
+        self._sizes_in.record(src, taghash, n)
+        return src, payload
 
     def _recv_body(self, n: int, src: int) -> torch.Tensor:
         """The payload of ``n`` bytes a checked header announced, in its own message."""

@@ -1,0 +1,173 @@
+"""Large frames whose size repeats travel as one gloo message, received into a buffer posted at
+that size (``harness/comm/torchdist.py``: ``_SizeHistory``, ``_sized_buffer``).
+
+Sender and receiver decide from the same history, so the receiver is never sent a message
+longer than the buffer it posted; these checks count the transport messages against a model of
+the rule written here, on ``recv``, posted receives and ``recv_any``, with every payload
+compared byte for byte while the receiver holds all of them at once.  Forged messages where a
+sized frame is due are in ``test_wire_hostile.py``.
+"""
+
+from __future__ import annotations
+
+import functools
+
+import pytest
+import torch
+from hypothesis import given
+from hypothesis import strategies as st
+
+from harness.comm.torchdist import INLINE_MAX_PAYLOAD, SIZED_MIN_PAYLOAD, _SizeHistory
+
+from ._gloo import run_gloo
+
+P = SIZED_MIN_PAYLOAD  # the smallest payload a pair's history can expect
+
+
+def _expected_sizes(sizes: list[int]) -> list[int | None]:
+    """The rule, stated on the whole history: a frame is expected at the size of the two
+    frames before it when they were equal and both at least SIZED_MIN_PAYLOAD, with no
+    smaller frame after them."""
+    out = []
+    for i in range(len(sizes)):
+        before = sizes[:i]
+        ok = len(before) >= 2 and before[-1] == before[-2] and before[-1] >= SIZED_MIN_PAYLOAD
+        out.append(before[-1] if ok else None)
+    return out
+
+
+def _messages(sizes: list[int]) -> list[int]:
+    """Transport messages per frame: one when it fits the first buffer or is expected, else two."""
+    return [1 if n <= INLINE_MAX_PAYLOAD or n == e else 2
+            for n, e in zip(sizes, _expected_sizes(sizes), strict=True)]
+
+
+_size = st.sampled_from([0, 7, INLINE_MAX_PAYLOAD, INLINE_MAX_PAYLOAD + 1, P - 1, P, P + 1, P + 9, 3 * P])
+
+
+@given(sizes=st.lists(_size, max_size=12), other=st.lists(_size, max_size=6))
+def test_the_size_history_expects_what_the_rule_says_per_peer_and_tag(sizes, other):
+    h = _SizeHistory()
+    got = []
+    for i, n in enumerate(sizes):
+        got.append(h.expected(1, 7))
+        h.record(1, 7, n)
+        if i < len(other):  # another tag and another peer interleaved: their own histories
+            h.record(1, 8, other[i])
+            h.record(2, 7, other[i])
+    assert got == _expected_sizes(sizes)
+    seen = other[:len(sizes)]
+    assert h.expected(1, 8) == h.expected(2, 7) == _expected_sizes(seen + [0])[len(seen)]
+
+
+class _CountingPG:
+    """The process group, with the payload length of each message sent counted."""
+
+    def __init__(self, pg):
+        self._pg, self.sent = pg, []
+
+    def send(self, bufs, dst, tag):
+        self.sent.append(bufs[0].numel())
+        return self._pg.send(bufs, dst, tag)
+
+    def recv(self, bufs, src, tag):
+        return self._pg.recv(bufs, src, tag)
+
+    def recv_anysource(self, bufs, tag):
+        return self._pg.recv_anysource(bufs, tag)
+
+
+def _payload(i: int, n: int) -> torch.Tensor:
+    g = torch.Generator().manual_seed(1000 + i)
+    return torch.randint(0, 256, (n,), generator=g, dtype=torch.uint8)
+
+
+def _stream(comm, sizes: list[int], posted: bool):
+    """Rank 0 sends frames of ``sizes`` (distinct bytes each: a reused spare frame must carry the
+    new ones) under one tag and a few under another; rank 1 takes them all, then compares.
+    Rank 0 keeps no bytes in flight beyond the newest frame, so each older send is waited on at
+    once and its frame is a spare when the next one is built, whatever the timing."""
+    comm._pg = _CountingPG(comm._pg)
+    if comm.rank == 0:
+        comm.max_in_flight_bytes = 0
+        for i, n in enumerate(sizes):
+            comm.send(_payload(i, n), 1, "a")
+            if i % 3 == 0:  # another tag between: its history is its own
+                comm.send(_payload(-i, P), 1, "b")
+        comm.barrier()
+        return comm._pg.sent, comm._spare_frames == []
+    handles = []
+    for i in range(len(sizes)):
+        handles.append(comm.irecv(0, "a") if posted else comm.recv(0, "a"))
+        if i % 3 == 0:
+            handles.append(comm.irecv(0, "b") if posted else comm.recv(0, "b"))
+    got = [h.wait() if posted else h for h in handles]
+    comm.barrier()
+    return got
+
+
+def _check_stream(res, sizes: list[int]) -> None:
+    sent, spares_gone = res[0]
+    want, msgs = [], []
+    b_sizes = [P] * len(range(0, len(sizes), 3))
+    b_msgs = iter(_messages(b_sizes))
+    for i, (n, m) in enumerate(zip(sizes, _messages(sizes), strict=True)):
+        want.append(_payload(i, n))
+        msgs.append(m)
+        if i % 3 == 0:
+            want.append(_payload(-i, P))
+            msgs.append(next(b_msgs))
+    assert len(res[1]) == len(want)
+    for got, w in zip(res[1], want, strict=True):
+        assert torch.equal(got, w)
+    # one message of header, payload and end marker, or a 14-byte header and then the body
+    framed = [n + 16 for n in (x.numel() for x in want)]
+    expect = []
+    for f, m in zip(framed, msgs, strict=True):
+        expect += [f] if m == 1 else [14, f - 14]
+    assert sent == expect
+    assert spares_gone  # a synchronisation point lets the spare frames go
+
+
+_SEQUENCES = (
+    [P, P, P, P, 3 * P, 3 * P, 3 * P, 5, P, P, P],
+    [P + 1, P + 1, P, P, P, INLINE_MAX_PAYLOAD + 1, INLINE_MAX_PAYLOAD + 1, INLINE_MAX_PAYLOAD + 1, P, P, 0, P, P, P],
+)
+
+
+@pytest.mark.gloo
+@pytest.mark.parametrize("posted", [False, True], ids=["recv", "posted"])
+def test_gloo_repeated_large_frames_travel_as_one_message(posted):
+    for sizes in _SEQUENCES:
+        _check_stream(run_gloo(2, functools.partial(_stream, sizes=sizes, posted=posted), timeout_s=60), sizes)
+
+
+def _fan_in(comm, sizes: dict[int, list[int]]):
+    """Ranks 1 and 2 send their sizes to rank 0, which takes everything with recv_any."""
+    comm._pg = _CountingPG(comm._pg)
+    if comm.rank:
+        for i, n in enumerate(sizes[comm.rank]):
+            comm.send(_payload(100 * comm.rank + i, n), 0, "up")
+        comm.barrier()
+        return comm._pg.sent
+    got = [comm.recv_any([1, 2], "up") for _ in range(sum(len(s) for s in sizes.values()))]
+    comm.barrier()
+    return got
+
+
+@pytest.mark.gloo
+def test_gloo_recv_any_receives_sized_frames_of_several_senders():
+    # two senders whose expected sizes differ by less than a slot and its guard (the buffer
+    # guards both), and a third pattern: one sender sized, the other small and inline
+    for sizes in ({1: [P] * 6, 2: [P + 3] * 6}, {1: [3 * P] * 5, 2: [5, 9, 0, 5, 7]}):
+        res = run_gloo(3, functools.partial(_fan_in, sizes=sizes), timeout_s=60)
+        for src in (1, 2):
+            mine = [data for s, data in res[0] if s == src]
+            assert len(mine) == len(sizes[src])
+            for i, (data, n) in enumerate(zip(mine, sizes[src], strict=True)):
+                assert torch.equal(data, _payload(100 * src + i, n))
+            expect = []
+            for n, m in zip(sizes[src], _messages(sizes[src]), strict=True):
+                expect += [n + 16] if m == 1 else [14, n + 2]
+            assert res[src] == expect
+
