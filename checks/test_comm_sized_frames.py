@@ -17,7 +17,12 @@ import torch
 from hypothesis import given
 from hypothesis import strategies as st
 
-from harness.comm.torchdist import INLINE_MAX_PAYLOAD, SIZED_MIN_PAYLOAD, _SizeHistory
+from harness.comm.torchdist import (
+    INLINE_MAX_PAYLOAD,
+    MAX_IN_FLIGHT_FRAMES,
+    SIZED_MIN_PAYLOAD,
+    _SizeHistory,
+)
 
 from ._gloo import run_gloo
 
@@ -171,3 +176,26 @@ def test_gloo_recv_any_receives_sized_frames_of_several_senders():
                 expect += [n + 16] if m == 1 else [14, n + 2]
             assert res[src] == expect
 
+
+
+def _many_small_sends(comm, count: int):
+    if comm.rank == 0:
+        held = []
+        for i in range(count):
+            comm.send(_payload(i, 10), 1, "s")
+            held.append(len(comm._sends))
+        comm.barrier()
+        return held
+    got = [comm.recv(0, "s") for _ in range(count)]
+    comm.barrier()
+    return all(torch.equal(g, _payload(i, 10)) for i, g in enumerate(got))
+
+
+@pytest.mark.gloo
+def test_gloo_posted_sends_are_bounded_in_frames_as_well_as_bytes():
+    # gloo's send work says it completed only once waited on: without the frame bound a rank
+    # would hold every small frame up to the byte bound (64 MiB of them)
+    count = 3 * MAX_IN_FLIGHT_FRAMES
+    held, ok = run_gloo(2, functools.partial(_many_small_sends, count=count), timeout_s=60)
+    assert ok
+    assert held == [min(i + 1, MAX_IN_FLIGHT_FRAMES) for i in range(count)]

@@ -54,12 +54,13 @@ offers no way to learn a message's size before posting a buffer for it
 (``checks/test_wire_hostile.py`` pins this limit).
 Sends are posted, not waited on (``_send_frame``): the frame's messages
 own their buffers, gloo keeps them in order per peer, and the Comm waits for
-them only when more than ``max_in_flight_bytes`` are in flight (oldest first),
+them only when more than ``max_in_flight_bytes`` or ``max_in_flight_frames``
+are in flight (oldest first),
 at every collective and barrier (a synchronisation point), and at close, so a
 stage computes its next micro-batch while the last one is on the wire.  (Gloo's
 send work reports completion only once waited on, so on gloo a frame is let go
-at the bound or a synchronisation point, not when its bytes left; a large frame
-waited on at the bound is kept as a spare for the next of its size,
+at a bound or a synchronisation point, not when its bytes left; a large frame
+waited on at a bound is kept as a spare for the next of its size,
 ``SPARE_FRAMES``, because new pages cost a page fault each.)  A send
 that fails (a dead peer) raises at the first of those waits, naming the peer.
 Every wait is bounded by the Comm's timeout; a peer that died surfaces as a
@@ -133,6 +134,12 @@ SIZED_MIN_PAYLOAD = FIRST_BUFFER_NBYTES
 SPARE_FRAMES = 2
 #: Bytes of posted sends a rank lets the transport hold before it waits for the oldest.
 MAX_IN_FLIGHT_BYTES = 64 << 20
+#: Frames likewise.  Gloo's send work says it completed only once waited on, so without this a
+#: rank would hold every frame it sent (and its work handle) up to the byte bound: thousands of
+#: small ones, and new pages for every large one.  Eight covers a step's micro-batches to one
+#: peer, so a stage still computes while they are on the wire; the oldest has left by the time
+#: a ninth is sent unless the link is the bottleneck, which then sets the pace anyway.
+MAX_IN_FLIGHT_FRAMES = 8
 #: Bytes per rank in one round of the results gather (what a declared size can cost rank 0
 #: before those bytes arrive is one round: world x this).
 GATHER_ROUND_BYTES = 4 << 20
@@ -283,7 +290,8 @@ def init_process_group_from_env(backend: str, timeout_s: float,
 class TorchDistComm(Comm):
     """Comm over an initialised torch.distributed default group."""
 
-    def __init__(self, backend: str = "gloo", *, max_in_flight_bytes: int = MAX_IN_FLIGHT_BYTES, **kw):
+    def __init__(self, backend: str = "gloo", *, max_in_flight_bytes: int = MAX_IN_FLIGHT_BYTES,
+                 max_in_flight_frames: int = MAX_IN_FLIGHT_FRAMES, **kw):
         if backend not in ("gloo", "nccl"):
             raise ValueError(f"unknown torch.distributed backend {backend!r}")
         if backend == "nccl" and not torch.cuda.is_available():
@@ -305,6 +313,7 @@ class TorchDistComm(Comm):
         self._sends_bytes = 0
         self._spare_frames: list[torch.Tensor] = []  # oldest first, at most SPARE_FRAMES
         self.max_in_flight_bytes = max_in_flight_bytes
+        self.max_in_flight_frames = max_in_flight_frames
         # the sizes of large frames sent and received, per peer and tag: when one repeats, the
         # next frame of that size is one message, received into a buffer posted at its size
         self._sizes_out, self._sizes_in = _SizeHistory(), _SizeHistory()
@@ -355,7 +364,8 @@ class TorchDistComm(Comm):
         self._sends.append(_Posted(works, bufs, host_frame, what, nbytes))
         self._sends_bytes += nbytes
         _POSTING.add(self)
-        while self._sends_bytes > self.max_in_flight_bytes and len(self._sends) > 1:
+        while len(self._sends) > 1 and (self._sends_bytes > self.max_in_flight_bytes
+                                        or len(self._sends) > self.max_in_flight_frames):
             self._finish_oldest_send()
 
     def _new_frame(self, nbytes: int) -> torch.Tensor:
