@@ -21,6 +21,7 @@ from harness.comm.torchdist import (
     INLINE_MAX_PAYLOAD,
     MAX_IN_FLIGHT_FRAMES,
     SIZED_MIN_PAYLOAD,
+    SPARE_FRAMES,
     _SizeHistory,
 )
 
@@ -95,12 +96,14 @@ def _stream(comm, sizes: list[int], posted: bool):
     comm._pg = _CountingPG(comm._pg)
     if comm.rank == 0:
         comm.max_in_flight_bytes = 0
+        spares = []
         for i, n in enumerate(sizes):
             comm.send(_payload(i, n), 1, "a")
             if i % 3 == 0:  # another tag between: its history is its own
                 comm.send(_payload(-i, P), 1, "b")
+            spares.append(len(comm._spare_frames))
         comm.barrier()
-        return comm._pg.sent, comm._spare_frames == []
+        return comm._pg.sent, (max(spares), comm._spare_frames == [])
     handles = []
     for i in range(len(sizes)):
         handles.append(comm.irecv(0, "a") if posted else comm.recv(0, "a"))
@@ -112,7 +115,7 @@ def _stream(comm, sizes: list[int], posted: bool):
 
 
 def _check_stream(res, sizes: list[int]) -> None:
-    sent, spares_gone = res[0]
+    sent, (most_spares, spares_gone) = res[0]
     want, msgs = [], []
     b_sizes = [P] * len(range(0, len(sizes), 3))
     b_msgs = iter(_messages(b_sizes))
@@ -131,6 +134,7 @@ def _check_stream(res, sizes: list[int]) -> None:
     for f, m in zip(framed, msgs, strict=True):
         expect += [f] if m == 1 else [14, f - 14]
     assert sent == expect
+    assert most_spares == SPARE_FRAMES  # kept, and no more than that
     assert spares_gone  # a synchronisation point lets the spare frames go
 
 
