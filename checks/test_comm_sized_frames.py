@@ -14,7 +14,7 @@ import functools
 
 import pytest
 import torch
-from hypothesis import given
+from hypothesis import example, given
 from hypothesis import strategies as st
 
 from harness.comm.torchdist import (
@@ -52,6 +52,8 @@ _size = st.sampled_from([0, 7, INLINE_MAX_PAYLOAD, INLINE_MAX_PAYLOAD + 1, P - 1
 
 
 @given(sizes=st.lists(_size, max_size=12), other=st.lists(_size, max_size=6))
+@example(sizes=[P, P, P, P - 1, P, P, 3 * P, 3 * P, 3 * P, P + 1], other=[P, P, P, P - 1])
+@example(sizes=[P + 9, P + 9, 7, P + 9, P + 9, P + 9], other=[P + 9, P + 9, P + 9])
 def test_the_size_history_expects_what_the_rule_says_per_peer_and_tag(sizes, other):
     h = _SizeHistory()
     got = []

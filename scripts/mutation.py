@@ -62,6 +62,10 @@ PROFILES: dict[str, tuple[list[str], list[str]]] = {
         ["checks/test_message_codecs.py", "checks/test_anchor_codecs.py", "checks/test_codecs.py",
          "-k", "pack or elias or sparse_qstoch"],
     ),
+    "comm-sizes": (
+        ["harness/comm/torchdist.py"],
+        ["checks/test_comm_sized_frames.py", "-k", "size_history"],
+    ),
     "pipeline-links": (
         ["algorithms/pipeline/links.py"],
         ["checks/test_anchor_aqsgd.py",
