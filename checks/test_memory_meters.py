@@ -163,6 +163,19 @@ def test_gloo_receive_scratch_is_not_a_ranks_tensor():
     assert nbytes <= gained <= nbytes + FIRST_BUFFER_NBYTES + 1024
 
 
+@pytest.mark.gloo
+def test_gloo_an_inline_frame_counts_its_payload_not_the_receive_scratch():
+    # A small frame arrives in the reused first buffer with its header; the payload is copied
+    # out, and no tensor op touches the buffer itself: one such op (a slice of it, say) would
+    # count its 64 KiB in the receiving rank's peak tensor bytes.
+    from ._gloo import run_gloo
+
+    nbytes = 1000
+    held, gained = run_gloo(2, partial(_meter_one_message, nbytes=nbytes, settled=True))
+    assert held == 0
+    assert nbytes <= gained <= nbytes + 1024
+
+
 def test_memory_pass_keeps_times_and_takes_tensor_peak():
     cfg = make_config("pipeline-sgd", world_size=2, memory="pass", **TINY)
     rec = run(cfg)

@@ -476,10 +476,12 @@ class TorchDistComm(Comm):
             hbuf.dirty = end
         if not inline:  # the header alone; the body follows
             return got, n, None
-        payload = hbuf.tensor[FRAME_HEADER_NBYTES: FRAME_HEADER_NBYTES + n]
         if sized:  # a buffer of its own: the payload is a view of it (on a GPU, a copy to the host)
+            payload = hbuf.tensor[FRAME_HEADER_NBYTES: FRAME_HEADER_NBYTES + n]
             return got, n, payload if hbuf.host is not None else payload.cpu()
-        out = torch.empty(n, dtype=torch.uint8)  # the reused buffer: the one copy a receive makes
+        # the reused buffer: the one copy a receive makes (no tensor op on the buffer itself, or
+        # the memory meter would count the receive scratch as the rank's)
+        out = torch.empty(n, dtype=torch.uint8)
         np.copyto(out.numpy(), hbuf.read(FRAME_HEADER_NBYTES, FRAME_HEADER_NBYTES + n))
         return got, n, out
 
