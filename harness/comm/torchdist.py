@@ -197,8 +197,9 @@ class _FirstBuffer:
     """A receive buffer for frames' first messages, its host view, and how many of its
     leading bytes the last message may have written (only those need their guard back)."""
 
-    def __init__(self, device: torch.device, nbytes: int = FIRST_BUFFER_NBYTES):
-        self.tensor = torch.empty(nbytes, dtype=torch.uint8, device=device)
+    def __init__(self, device: torch.device, nbytes: int = FIRST_BUFFER_NBYTES, lead: int = 0):
+        # ``lead`` bytes before the buffer: a payload after the header then starts aligned
+        self.tensor = torch.empty(lead + nbytes, dtype=torch.uint8, device=device)[lead:]
         self.host = self.tensor.numpy() if device.type == "cpu" else None
         self.dirty = FIRST_BUFFER_NBYTES
 
@@ -427,7 +428,9 @@ class TorchDistComm(Comm):
         the slack after it guarded (:meth:`_far_guard`).  The rest is never read: a frame of an
         expected size ends where its slot is, and any other first message ends in the first bytes."""
         top = FRAME_HEADER_NBYTES + max(sizes) + FRAME_END_NBYTES + _CHECKED
-        buf = _FirstBuffer(self.device, max(FIRST_BUFFER_NBYTES, top))
+        # the payload is handed on as a view: it starts 16-byte aligned, as a body buffer's does,
+        # so a decoder may view it as floats of any width
+        buf = _FirstBuffer(self.device, max(FIRST_BUFFER_NBYTES, top), lead=-FRAME_HEADER_NBYTES % 16)
         buf.dirty = 0  # nothing to restore: the buffer is not reused
         if buf.host is not None:
             np.copyto(buf.host[:FIRST_BUFFER_NBYTES], self._first_guard)
@@ -442,13 +445,14 @@ class TorchDistComm(Comm):
                 buf.tensor[lo:hi].copy_(torch.from_numpy(self._far_guard(lo, hi)))
         return buf
 
-    def _recv_first(self, srcs: list[int], taghash: int, what: str,
-                    hbuf: _FirstBuffer | None = None) -> tuple[int, int, torch.Tensor | None]:
-        """A frame's first message from one of ``srcs``: (source, payload length, the payload if it
-        came with the header)."""
+    def _recv_first(self, src: int | None, taghash: int, what: str, hbuf: _FirstBuffer | None = None,
+                    srcs: list[int] = ()) -> tuple[int, int, torch.Tensor | None]:
+        """A frame's first message from ``src`` (None: from any rank, ``srcs`` the ones the program
+        takes from): (source, payload length, the payload if it came with the header)."""
         # The checks read numpy views on the host: no tensor op (and no tensor the memory
         # meter would count) per check.
-        expected = {s: e for s in srcs if (e := self._sizes_in.expected(s, taghash)) is not None}
+        expected = {s: e for s in (srcs if src is None else [src])
+                    if (e := self._sizes_in.expected(s, taghash)) is not None}
         if expected:
             hbuf = self._sized_buffer(set(expected.values()))
         else:
@@ -460,7 +464,7 @@ class TorchDistComm(Comm):
                 np.copyto(hbuf.host[:dirty], self._first_guard[:dirty])
             else:
                 hbuf.tensor[:dirty].copy_(torch.from_numpy(self._first_guard[:dirty]))
-        got = self._recv_message(hbuf.tensor, srcs[0] if len(srcs) == 1 else None, what)
+        got = self._recv_message(hbuf.tensor, src, what)
         n = parse_frame_header(hbuf.read(0, FRAME_HEADER_NBYTES).tobytes(), rank=self.rank, src=got,
                                taghash=taghash, max_frame_bytes=self.max_frame_bytes)
         sized = n == expected.get(got)  # the whole frame, at the size this pair's history expects
@@ -491,7 +495,7 @@ class TorchDistComm(Comm):
         return self._receivers[src].post(taghash)
 
     def _recv_frame(self, src, taghash, hbuf: _FirstBuffer | None = None):
-        _, n, payload = self._recv_first([src], taghash, f"recv from rank {src}", hbuf)
+        _, n, payload = self._recv_first(src, taghash, f"recv from rank {src}", hbuf)
         payload = payload if payload is not None else self._recv_body(n, src)
         self._sizes_in.record(src, taghash, n)
         return payload
@@ -500,7 +504,7 @@ class TorchDistComm(Comm):
         # The first message from any source (gloo's recv-from-any-source), then the body
         # from that source: per-pair FIFO order keeps header and body together.
         what = f"recv from any of ranks {srcs}"
-        src, n, payload = self._recv_first(srcs, taghash, what)
+        src, n, payload = self._recv_first(None, taghash, what, srcs=srcs)
         if src not in srcs:
             raise CommError(f"rank {self.rank}: {what} got a message from rank {src}, "
                             "which is not one of them (the ranks' programs disagree)")
