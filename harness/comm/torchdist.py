@@ -622,5 +622,9 @@ class TorchDistComm(Comm):
             self._heartbeat = None
             self.board.close()
             self.board = None
+        # the Comm's own reference to the group goes first: a group object still referenced when
+        # the group is destroyed lives on until the interpreter's exit, whose teardown of gloo's
+        # threads then aborts the process ("terminate called without an active exception")
+        self._pg = None
         if dist.is_initialized() and not left:
             dist.destroy_process_group()
