@@ -144,11 +144,13 @@ _GLOO_CASES = (
 )
 
 
-def _gloo_hostile(comm):
+def _forge_each(comm, cases: list[list[bytes]]) -> list[str]:
+    """Rank 1 sends each case's raw messages past the Comm, rank 0 receives one frame through
+    it: what it raised (rank 0), or nothing (rank 1)."""
     import torch.distributed as dist
 
     out = []
-    for _, messages in _GLOO_CASES:
+    for messages in cases:
         if comm.rank == 1:
             for m in messages:
                 dist.send(torch.frombuffer(bytearray(m), dtype=torch.uint8), 0)
@@ -159,6 +161,11 @@ def _gloo_hostile(comm):
             except CommError as e:
                 out.append(str(e))
         comm.barrier()
+    return out
+
+
+def _gloo_hostile(comm):
+    out = _forge_each(comm, [messages for _, messages in _GLOO_CASES])
     # the Comm still works afterwards: well-formed frames, empty, inline (up to the largest) and
     # large, all held at once by the receiver (an inline payload must not share the reused buffer)
     frames = [(torch.arange(k) % 251).to(torch.uint8) for k in (0, 5, INLINE_MAX_PAYLOAD, _BIG, 3)]
@@ -220,8 +227,6 @@ _GLOO_SIZED_CASES = (
 
 
 def _gloo_hostile_sized(comm):
-    import torch.distributed as dist
-
     frame = (torch.arange(_SIZED) % 251).to(torch.uint8)
     out = []
     if comm.rank == 1:  # two frames of one large size: the next is expected at that size
@@ -229,17 +234,7 @@ def _gloo_hostile_sized(comm):
         comm.send(frame, 0)
     else:
         out.append([torch.equal(comm.recv(1), frame) for _ in range(2)])
-    for _, _, messages in _GLOO_SIZED_CASES:
-        if comm.rank == 1:
-            for m in messages:
-                dist.send(torch.frombuffer(bytearray(m), dtype=torch.uint8), 0)
-        else:
-            try:
-                comm.recv(1)
-                out.append("no error")
-            except CommError as e:
-                out.append(str(e))
-        comm.barrier()
+    out += _forge_each(comm, [messages for *_, messages in _GLOO_SIZED_CASES])
     # a refused frame leaves the history as it was: the expected size still comes whole, then
     # another size (header and body), a small inline frame, and the large size again
     frames = [frame, frame[:-1], frame[:5], frame, frame, frame]
