@@ -207,6 +207,13 @@ class _FirstBuffer:
         """Bytes ``lo:hi`` on the host (a view of a host buffer; a copy of a device's)."""
         return self.host[lo:hi] if self.host is not None else self.tensor[lo:hi].cpu().numpy()
 
+    def write(self, lo: int, data: np.ndarray) -> None:
+        """Host bytes ``data`` into the buffer from ``lo`` (through numpy on the host: no tensor op)."""
+        if self.host is not None:
+            np.copyto(self.host[lo: lo + data.size], data)
+        else:
+            self.tensor[lo: lo + data.size].copy_(torch.from_numpy(np.ascontiguousarray(data)))
+
 
 class _BackendErrors:
     """``with`` around transport calls: the backend's errors (closed peer, timeout) become a
@@ -432,17 +439,10 @@ class TorchDistComm(Comm):
         # so a decoder may view it as floats of any width
         buf = _FirstBuffer(self.device, max(FIRST_BUFFER_NBYTES, top), lead=-FRAME_HEADER_NBYTES % 16)
         buf.dirty = 0  # nothing to restore: the buffer is not reused
-        if buf.host is not None:
-            np.copyto(buf.host[:FIRST_BUFFER_NBYTES], self._first_guard)
-        else:
-            buf.tensor[:FIRST_BUFFER_NBYTES].copy_(torch.from_numpy(self._first_guard))
+        buf.write(0, self._first_guard)
         for n in sizes:
             lo = FRAME_HEADER_NBYTES + n
-            hi = lo + FRAME_END_NBYTES + _CHECKED
-            if buf.host is not None:
-                buf.host[lo:hi] = self._far_guard(lo, hi)
-            else:
-                buf.tensor[lo:hi].copy_(torch.from_numpy(self._far_guard(lo, hi)))
+            buf.write(lo, self._far_guard(lo, lo + FRAME_END_NBYTES + _CHECKED))
         return buf
 
     def _recv_first(self, src: int | None, taghash: int, what: str, hbuf: _FirstBuffer | None = None,
@@ -460,10 +460,7 @@ class TorchDistComm(Comm):
             # message writes its own length and no more): after a checked frame its ``end``, else all.
             hbuf = self._hbuf if hbuf is None else hbuf
             dirty, hbuf.dirty = hbuf.dirty, FIRST_BUFFER_NBYTES
-            if hbuf.host is not None:
-                np.copyto(hbuf.host[:dirty], self._first_guard[:dirty])
-            else:
-                hbuf.tensor[:dirty].copy_(torch.from_numpy(self._first_guard[:dirty]))
+            hbuf.write(0, self._first_guard[:dirty])
         got = self._recv_message(hbuf.tensor, src, what)
         n = parse_frame_header(hbuf.read(0, FRAME_HEADER_NBYTES).tobytes(), rank=self.rank, src=got,
                                taghash=taghash, max_frame_bytes=self.max_frame_bytes)
