@@ -33,9 +33,44 @@ from harness.registry import make_config
 WARMUP = 2  # steps left out of the reference's median (pipeline-sgd's record times all steps)
 
 
+def hand_gpipe_step(cfg, rank: int, stage, ids: torch.Tensor, labels: torch.Tensor) -> None:
+    """One GPipe step of stage ``rank`` of 2 with bare ``dist.isend`` / ``dist.recv`` of the raw
+    boundary tensors; its sends are waited on at the end of the step (the caller steps the optimiser)."""
+    from harness.models import PRESETS, lm_loss
+
+    M = cfg.micro_batches
+    idc, labc = ids.chunk(M), labels.chunk(M)
+    posted, saved = [], []
+    for mb in range(M):
+        if rank == 0:
+            (h,) = stage(idc[mb], input_ids=idc[mb])
+            out = h.detach().contiguous()
+            posted.append((dist.isend(out, 1), out))
+            saved.append(h)
+        else:
+            h = torch.empty(idc[mb].shape + (PRESETS[cfg.model].d_model,), dtype=cfg.torch_dtype)
+            dist.recv(h, 0)
+            h.requires_grad_()
+            loss = lm_loss(stage(h, input_ids=idc[mb])[0], labc[mb]) / M
+            loss.item()  # the engine reads each micro-batch's loss too
+            saved.append((h, loss))
+    for mb in range(M):
+        if rank == 1:
+            h, loss = saved[mb]
+            loss.backward()
+            g = h.grad.contiguous()
+            posted.append((dist.isend(g, 0), g))
+        else:
+            g = torch.empty_like(saved[mb])
+            dist.recv(g, 1)
+            saved[mb].backward(g)
+    for w, _ in posted:
+        w.wait()
+
+
 def _gpipe_rank(rank: int, port: int, cfg, q) -> None:
     from algorithms.pipeline.local import batch
-    from harness.models import PRESETS, build_stage, lm_loss
+    from harness.models import build_stage
 
     os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
     torch.set_num_threads(cfg.threads_per_rank or 1)
@@ -43,40 +78,13 @@ def _gpipe_rank(rank: int, port: int, cfg, q) -> None:
     p = cfg.params
     stage = build_stage(cfg.model, seed=cfg.seed, num_stages=2, stage_index=rank, cut=p.cut, dtype=cfg.torch_dtype)
     opt = torch.optim.SGD(stage.parameters(), lr=p.lr, momentum=p.momentum, foreach=False)
-    M = cfg.micro_batches
     times, cpu = [], []
     dist.barrier()
     for step in range(cfg.steps):
         w0, c0 = time.perf_counter(), time.process_time()
         ids, labels = batch(cfg, step, "cpu")
         opt.zero_grad(set_to_none=True)
-        idc, labc = ids.chunk(M), labels.chunk(M)
-        posted, saved, loss_total = [], [], 0.0
-        for mb in range(M):
-            if rank == 0:
-                (h,) = stage(idc[mb], input_ids=idc[mb])
-                out = h.detach().contiguous()
-                posted.append((dist.isend(out, 1), out))
-                saved.append(h)
-            else:
-                h = torch.empty(idc[mb].shape + (PRESETS[cfg.model].d_model,), dtype=cfg.torch_dtype)
-                dist.recv(h, 0)
-                h.requires_grad_()
-                loss = lm_loss(stage(h, input_ids=idc[mb])[0], labc[mb]) / M
-                loss_total += loss.item()
-                saved.append((h, loss))
-        for mb in range(M):
-            if rank == 1:
-                h, loss = saved[mb]
-                loss.backward()
-                g = h.grad.contiguous()
-                posted.append((dist.isend(g, 0), g))
-            else:
-                g = torch.empty_like(saved[mb])
-                dist.recv(g, 1)
-                saved[mb].backward(g)
-        for w, _ in posted:
-            w.wait()
+        hand_gpipe_step(cfg, rank, stage, ids, labels)
         opt.step()
         times.append(time.perf_counter() - w0)
         cpu.append(time.process_time() - c0)

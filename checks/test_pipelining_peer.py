@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import pytest
 
+from benchmarks.pipeline_interleaved import CONTESTANTS, WARMUP, measure
 from benchmarks.pipelining_ratio import engine_config, peer
 from harness.launcher import run
 from harness.models import build_stage
@@ -31,3 +32,17 @@ def test_pipelining_updates_the_parameters_as_pipeline_sgd_does():
     assert engine != start  # the steps changed the parameters
     for schedule in ("gpipe", "1f1b"):
         assert peer(engine_config(schedule, **kw), schedule)[2] == engine
+
+
+@pytest.mark.gloo
+@pytest.mark.slow
+def test_the_interleaved_benchmarks_contestants_all_reach_the_same_parameters():
+    # the step-by-step benchmark times five implementations of one step: a ratio between them
+    # compares equal arithmetic only if all five end where the engine does
+    kw = dict(steps=WARMUP + 2, seq_len=16, batch_size=8, micro_batches=4, seed=3)
+    step, cpu, threads, shas = measure(engine_config("gpipe", **kw))
+    engine = run(engine_config("gpipe", **kw)).metrics["params_sha256"].value
+    assert set(shas) == set(CONTESTANTS)
+    assert set(shas.values()) == {engine}
+    assert all(len(step[n]) == len(cpu[n]) == 2 and set(threads[n]) == {"main", "gloo", "other"}
+               for n in CONTESTANTS)

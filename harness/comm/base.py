@@ -13,6 +13,7 @@ the same rank program gives bit-identical results on every CPU backend.
 
 from __future__ import annotations
 
+import functools
 import math
 import struct
 import time
@@ -58,7 +59,9 @@ class RankFailed(RuntimeError):
         super().__init__(f"{who} failed: {message}")
 
 
+@functools.lru_cache(maxsize=4096)
 def tag_hash(tag: str) -> int:
+    # cached: a program uses a handful of tags, and this runs on every message
     return zlib.crc32(tag.encode())
 
 

@@ -307,6 +307,7 @@ class TorchDistComm(Comm):
         super().__init__(dist.get_rank(), dist.get_world_size(), **kw)
         self.backend = backend
         self.device = torch.device("cuda", torch.cuda.current_device()) if backend == "nccl" else torch.device("cpu")
+        self._host = self.device.type == "cpu"
         self._timeout = _dt.timedelta(seconds=self.timeout_s)
         # the guard bytes written before every receive (module docstring): random, never sent
         self._first_guard = _first_buffer_guard()  # on the host: copied into a device's buffer
@@ -359,7 +360,7 @@ class TorchDistComm(Comm):
         pack_frame_into(f, n, taghash)
         np.copyto(f[FRAME_HEADER_NBYTES:-FRAME_END_NBYTES],
                   data.numpy() if data.device.type == "cpu" else data.cpu().numpy())
-        host_frame, frame = frame, self._to_dev(frame)
+        host_frame, frame = frame, (frame if self._host else frame.to(self.device))
         # one message (header, payload, end marker) when it fits the receiver's first buffer or
         # has the size the receiver expects from this pair's history, else the header, then the body
         whole = n <= INLINE_MAX_PAYLOAD or n == self._sizes_out.expected(dst, taghash)
@@ -368,7 +369,7 @@ class TorchDistComm(Comm):
         what = f"send to rank {dst}"
         with self._guard(what):
             works = [self._pg.send([b], dst, 0) for b in bufs]
-        nbytes = sum(b.numel() for b in bufs)
+        nbytes = frame.numel()  # the messages split the frame
         self._sends.append(_Posted(works, bufs, host_frame, what, nbytes))
         self._sends_bytes += nbytes
         _POSTING.add(self)
@@ -451,8 +452,11 @@ class TorchDistComm(Comm):
         takes from): (source, payload length, the payload if it came with the header)."""
         # The checks read numpy views on the host: no tensor op (and no tensor the memory
         # meter would count) per check.
-        expected = {s: e for s in (srcs if src is None else [src])
-                    if (e := self._sizes_in.expected(s, taghash)) is not None}
+        if src is not None:
+            e = self._sizes_in.expected(src, taghash)
+            expected = {} if e is None else {src: e}
+        else:
+            expected = {s: e for s in srcs if (e := self._sizes_in.expected(s, taghash)) is not None}
         if expected:
             hbuf = self._sized_buffer(set(expected.values()))
         else:

@@ -1,0 +1,203 @@
+"""The pipeline engine against its peers, step by step in one pair of gloo processes.
+
+The launcher-level benchmarks (``pipeline_ratio``, ``pipelining_ratio``) start a
+pair of processes per run and alternate whole runs: on a shared VM whose speed
+drifts by tens of per cent over seconds, their per-repeat ratios spread over
+±30 %.  Here two spawned gloo ranks hold one copy of the stages per contestant
+(same seed) and run the contestants' steps in turn, rotating the order every
+step, with a barrier before each: the engine's ``pipeline_step`` over a
+``TorchDistComm`` in both schedules (what ``pipeline-sgd`` runs per step, without
+the launcher's per-step bookkeeping), ``torch.distributed.pipelining``'s
+``ScheduleGPipe`` and ``Schedule1F1B``, and the hand-written GPipe of
+``pipeline_ratio`` (bare ``dist.isend`` / ``recv``).  A step's time is the slower
+rank's, from the barrier to after the optimiser step; a ratio is taken per step
+between neighbours in time (the same round), and the table gives its median
+[quartiles] over the measured steps, with each contestant's median step time
+and CPU time.  Every contestant's final ``params_sha256`` is printed: all equal
+(the same arithmetic), or the table says DIFFER.
+
+    python3 -m benchmarks.pipeline_interleaved [--model tiny-opt] [--steps 200] [--micro-batches 4]
+"""
+
+from __future__ import annotations
+
+import argparse
+import inspect
+import os
+import socket
+import statistics
+import time
+
+import torch
+import torch.distributed as dist
+import torch.multiprocessing as mp
+
+from benchmarks.pipeline_ratio import hand_gpipe_step
+from benchmarks.pipelining_ratio import StageModule, engine_config
+
+WARMUP = 3  # rounds left out (the peer's first step infers its boundary shapes)
+CONTESTANTS = ("engine[gpipe]", "engine[1f1b]", "ScheduleGPipe", "Schedule1F1B", "hand-written GPipe")
+RATIOS = (("engine[gpipe]", "ScheduleGPipe"), ("engine[1f1b]", "Schedule1F1B"),
+          ("engine[gpipe]", "hand-written GPipe"), ("engine[1f1b]", "engine[gpipe]"),
+          ("Schedule1F1B", "ScheduleGPipe"))
+
+
+def _contestants(cfg, rank: int, comm):
+    """name -> (stage, optimiser, step(ids, labels)) for this rank, each on its own stage copy."""
+    from torch.distributed import pipelining
+
+    from algorithms.pipeline.engine import LinkCodecs, pipeline_step
+    from algorithms.pipeline.sgd import _optimizer, _wire_codec
+    from harness.models import build_stage, lm_loss
+
+    p, M = cfg.params, cfg.micro_batches
+    wire = _wire_codec(cfg.torch_dtype)
+    codecs = LinkCodecs(forward=wire, backward=wire)
+    out = {}
+    for name in CONTESTANTS:
+        stage = build_stage(cfg.model, seed=cfg.seed, num_stages=2, stage_index=rank, cut=p.cut,
+                            dtype=cfg.torch_dtype)
+        opt = _optimizer(stage.parameters(), p)
+        if name.startswith("engine"):
+            schedule = name[len("engine["):-1]
+
+            def step(ids, labels, stage=stage, schedule=schedule):
+                pipeline_step(comm, stage, ids, labels, M, codecs, schedule)
+        elif name.startswith("Schedule"):
+            cls = getattr(pipelining, name)
+            kw = {"scale_grads": False} if "scale_grads" in inspect.signature(cls.__init__).parameters else {}
+            sched = cls(pipelining.PipelineStage(StageModule(stage), rank, 2, torch.device("cpu")), M,
+                        loss_fn=lambda o, y: lm_loss(o, y) / M, **kw)
+
+            def step(ids, labels, sched=sched):
+                if rank == 0:
+                    sched.step(ids, input_ids=ids)
+                else:
+                    sched.step(input_ids=ids, target=labels, losses=[])
+        else:
+            def step(ids, labels, stage=stage):
+                hand_gpipe_step(cfg, rank, stage, ids, labels)
+        out[name] = (stage, opt, step)
+    return out
+
+
+def _thread_ticks() -> dict[str, int]:
+    """CPU clock ticks so far of this process's threads, by kind: the main thread, gloo's
+    transport threads (named ``gloo*``), and any other (the Comm's receiver threads)."""
+    out = {"main": 0, "gloo": 0, "other": 0}
+    for tid in os.listdir("/proc/self/task"):
+        try:
+            with open(f"/proc/self/task/{tid}/stat") as f:
+                stat = f.read()
+        except FileNotFoundError:  # the thread ended meanwhile
+            continue
+        name, fields = stat[stat.index("(") + 1: stat.rindex(")")], stat[stat.rindex(")") + 2:].split()
+        kind = "main" if int(tid) == os.getpid() else "gloo" if name.startswith("gloo") else "other"
+        out[kind] += int(fields[11]) + int(fields[12])  # utime + stime
+    return out
+
+
+def _rank(rank: int, port: int, cfg, q) -> None:
+    from algorithms.pipeline.local import batch
+    from harness.comm.torchdist import TorchDistComm
+
+    os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
+    torch.set_num_threads(cfg.threads_per_rank or 1)
+    dist.init_process_group("gloo", rank=rank, world_size=2)
+    comm = TorchDistComm("gloo", timeout_s=120.0, metered=True)
+    runs = _contestants(cfg, rank, comm)
+    wall = {n: [] for n in CONTESTANTS}
+    cpu = {n: [] for n in CONTESTANTS}
+    ticks = {n: {"main": 0, "gloo": 0, "other": 0} for n in CONTESTANTS}
+    for step in range(cfg.steps):
+        ids, labels = batch(cfg, step, "cpu")
+        k = step % len(CONTESTANTS)
+        for name in CONTESTANTS[k:] + CONTESTANTS[:k]:  # the order rotates every step
+            stage, opt, fn = runs[name]
+            comm.barrier()  # also waits for the engine's posted sends: none is left in flight
+            t0 = _thread_ticks()
+            w0, c0 = time.perf_counter(), time.process_time()
+            opt.zero_grad(set_to_none=True)
+            fn(ids, labels)
+            opt.step()
+            wall[name].append(time.perf_counter() - w0)
+            cpu[name].append(time.process_time() - c0)
+            if step >= WARMUP:
+                for kind, n in _thread_ticks().items():
+                    ticks[name][kind] += n - t0[kind]
+    params = {n: [(i, t.detach().numpy().copy()) for i, _, t in runs[n][0].global_named_parameters()]
+              for n in CONTESTANTS}
+    per_step = {n: {k: v / os.sysconf("SC_CLK_TCK") / (cfg.steps - WARMUP) for k, v in t.items()}
+                for n, t in ticks.items()}
+    q.put((rank, wall, cpu, params, per_step))
+    comm.close()  # also leaves the process group
+
+
+def measure(cfg) -> tuple[dict, dict, dict, dict]:
+    """Run the contestants interleaved on 2 spawned gloo ranks: per contestant, the step times
+    of the slower rank and the CPU times of both ranks (lists over the measured rounds), the
+    mean CPU per step by thread kind (both ranks), and the final ``params_sha256``."""
+    from harness.results.fingerprint import params_sha256
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    ctx = mp.get_context("spawn")
+    q = ctx.Queue()
+    procs = [ctx.Process(target=_rank, args=(r, port, cfg, q)) for r in range(2)]
+    for pr in procs:
+        pr.start()
+    try:
+        out = sorted(q.get(timeout=3600) for _ in procs)
+    finally:
+        for pr in procs:
+            pr.join(timeout=60)
+            if pr.is_alive():
+                pr.kill()
+                pr.join()
+    # a step takes as long as its slower rank; CPU time is the sum of both ranks'
+    step = {n: [max(a, b) for a, b in zip(out[0][1][n], out[1][1][n], strict=True)][WARMUP:] for n in CONTESTANTS}
+    cpu = {n: [a + b for a, b in zip(out[0][2][n], out[1][2][n], strict=True)][WARMUP:] for n in CONTESTANTS}
+    threads = {n: {k: sum(o[4][n][k] for o in out) for k in ("main", "gloo", "other")} for n in CONTESTANTS}
+    shas = {n: params_sha256(sorted(((i, torch.from_numpy(t)) for o in out for i, t in o[3][n]),
+                                    key=lambda p: p[0])) for n in CONTESTANTS}
+    return step, cpu, threads, shas
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--model", default="tiny-opt")
+    ap.add_argument("--batch-size", type=int, default=8)
+    ap.add_argument("--seq-len", type=int, default=64)
+    ap.add_argument("--micro-batches", type=int, default=4)
+    ap.add_argument("--steps", type=int, default=200)
+    a = ap.parse_args()
+    if a.steps <= WARMUP:
+        ap.error(f"--steps must be above the {WARMUP} warm-up rounds")
+    cfg = engine_config("gpipe", model=a.model, batch_size=a.batch_size, seq_len=a.seq_len,
+                        micro_batches=a.micro_batches, steps=a.steps)
+    print(f"torch {torch.__version__}  load average before: {os.getloadavg()}  cpus: {os.cpu_count()}")
+    print(f"{a.model} batch {a.batch_size}x{a.seq_len}, {a.micro_batches} micro-batches, {a.steps} rounds "
+          f"({WARMUP} left out), gloo, 2 ranks, contestants interleaved per step")
+    step, cpu, threads, shas = measure(cfg)
+    med = statistics.median
+    print("| contestant | median step | CPU per step (both ranks) | of it: main threads | gloo threads | other |")
+    print("|---|---|---|---|---|---|")
+    for n in CONTESTANTS:
+        th = threads[n]
+        print(f"| {n} | {1e3 * med(step[n]):.2f} ms | {1e3 * med(cpu[n]):.2f} ms | {1e3 * th['main']:.2f} ms "
+              f"| {1e3 * th['gloo']:.2f} ms | {1e3 * th['other']:.2f} ms |")
+    print("| ratio (per round) | median | quartiles | CPU ratio |")
+    print("|---|---|---|---|")
+    for a_, b_ in RATIOS:
+        r = sorted(x / y for x, y in zip(step[a_], step[b_], strict=True))
+        q1, _, q3 = statistics.quantiles(r, n=4)
+        print(f"| {a_} / {b_} | {med(r):.3f} | [{q1:.3f}, {q3:.3f}] | {med(cpu[a_]) / med(cpu[b_]):.3f} |")
+    same = len(set(shas.values())) == 1
+    print(f"params_sha256 of every contestant: {next(iter(shas.values())) if same else shas} "
+          f"({'equal' if same else 'DIFFER'})")
+    print(f"load average after: {os.getloadavg()}")
+
+
+if __name__ == "__main__":
+    main()
