@@ -95,6 +95,19 @@ def test_the_engine_posts_the_next_micro_batch_receives_ahead(monkeypatch):
                                     + [(0, 1, "grad")] * (m - 1) + [(1, 2, "grad")] * (m - 1))
 
 
+def test_1f1b_posts_no_receive_ahead(monkeypatch):
+    posted = []
+    real = ThreadsComm.irecv
+
+    def counting(self, src, tag=""):
+        posted.append((self.rank, src, tag))
+        return real(self, src, tag)
+
+    monkeypatch.setattr(ThreadsComm, "irecv", counting)
+    run(make_config("pipeline-sgd", world_size=3, **{**COMMON, "steps": 1}, params={"schedule": "1f1b"}))
+    assert posted == []
+
+
 def test_a_schedule_is_validated_with_the_parameters():
     assert SCHEDULES == ("gpipe", "1f1b")
     with pytest.raises(ValueError, match="schedule must be one of gpipe, 1f1b, got 'interleaved'"):

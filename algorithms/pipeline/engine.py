@@ -8,9 +8,12 @@ order 0, 1, ..., so the gradient accumulates exactly as the single-process
 reference does (which makes all three bit-identical), and every link direction
 carries the same messages in the same order.
 
-While a stage computes micro-batch i it has already posted the receive of
-i + 1's first messages (``Comm.irecv``; forward: activations from r-1,
-backward: gradients from r+1), so their transfer overlaps the compute.  The
+In GPipe, while a stage computes micro-batch i it has already posted the
+receive of i + 1's first messages (``Comm.irecv``; forward: activations from
+r-1, backward: gradients from r+1), so their transfer overlaps the compute.
+1F1B posts none ahead: on gloo, receives posted ahead made its step 1.17-1.20x
+``Schedule1F1B``'s against 1.10x without, the extra CPU in gloo's own threads
+(``benchmarks/results/interleaved/``; not explained).  The
 channels take the posted receives in order (``Comm.recv`` takes a peer's
 oldest posted receive first), so they do not change.  Each boundary tensor
 crosses its link through a :class:`~.links.Channel`: forward under tag
@@ -133,7 +136,7 @@ def run_step(comm, stage: Stage, input_ids: torch.Tensor, labels: torch.Tensor,
     def post_ahead(mb: int, src: int, tag: str, count: int) -> None:
         # no more than the micro-batch surely takes: a receive posted for a message that is
         # not sent would take the next step's (the channels take posted receives in order)
-        if mb < micro_batches:
+        if mb < micro_batches and schedule == "gpipe":
             for _ in range(count):
                 comm.irecv(src, tag)
 

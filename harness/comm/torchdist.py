@@ -22,9 +22,9 @@ code can catch), and it does not say how many bytes arrived.  So every receive
 is posted with the size the protocol fixes plus slack bytes after it:
 
 * a frame's first message into a buffer of ``FIRST_BUFFER_NBYTES`` (one per Comm,
-  and one per peer receiver thread: receives posted ahead, ``Comm.irecv``, run the
-  same receive on a thread per peer, :class:`_PeerReceiver`): the header, and the
-  payload and end marker when the header announces an inline frame;
+  and one per peer for receives posted ahead, ``Comm.irecv``: the same receive,
+  posted to gloo at once and checked when taken, :class:`_PostedFrame`): the
+  header, and the payload and end marker when the header announces an inline frame;
 * a large frame's body into a new buffer of exactly the length that header
   announced, once the header passed its checks (magic, tag, ``n <= max_frame_bytes``),
   plus 2 end-marker bytes and ``BODY_SLACK`` bytes.
@@ -77,10 +77,7 @@ from __future__ import annotations
 
 import datetime as _dt
 import os
-import queue
-import threading
 from collections import deque
-from concurrent.futures import Future
 from dataclasses import dataclass
 
 import numpy as np
@@ -232,46 +229,34 @@ class _BackendErrors:
         raise CommError(f"rank {self.rank}: {self.what} failed: {first}") from e
 
 
-class _PeerReceiver:
-    """Runs one peer's posted receives (``Comm.irecv``), in posting order, on a thread.
+class _PostedFrame:
+    """A receive posted ahead (``Comm.irecv``) from one peer: its first message goes to the
+    transport (a plain gloo receive, no thread) as soon as every receive posted before it from
+    that peer has been taken, into that peer's own first buffer.  Only then, because the pair's
+    size history (which decides the buffer) is complete up to it; a stage posts one receive
+    ahead per peer, so its transfer overlaps the compute.  ``result()`` waits for that message,
+    checks it exactly as a blocking receive does, receives a body that follows, and posts the
+    peer's next receive."""
 
-    A frame's body length is known only from its header, so a receive cannot be posted
-    to gloo as one ``irecv`` ahead of need (a buffer of ``max_frame_bytes`` would be
-    the alternative); the thread receives the header and then the body exactly as a
-    blocking receive does (same checks, same timeout per message, same errors naming
-    the peer), while the rank computes.  One thread per peer keeps each peer's frames
-    in order and lets a stage's two neighbours be received from at once.
-    """
+    def __init__(self, comm: TorchDistComm, src: int, taghash: int):
+        self._comm, self._src, self._taghash = comm, src, taghash
+        self._first = None  # (buffer, expected sizes, work) once posted to the transport
 
-    def __init__(self, comm: TorchDistComm, src: int):
-        self._comm, self._src = comm, src
-        self._jobs: queue.SimpleQueue = queue.SimpleQueue()
-        # daemon: a receive still blocked in the transport when the program ends must not
-        # hold the process (its wait is bounded by the timeout anyway)
-        self._thread = threading.Thread(target=self._run, name=f"rank{comm.rank}-recv-from-{src}", daemon=True)
-        self._thread.start()
+    def start(self) -> None:
+        comm = self._comm
+        self._first = comm._post_first(self._src, self._taghash, f"recv from rank {self._src}",
+                                       comm._peer_buffer(self._src))
 
-    def post(self, taghash: int) -> Future:
-        done: Future = Future()
-        self._jobs.put((done, taghash))
-        return done
-
-    def stop(self) -> None:
-        self._jobs.put(None)
-
-    def join(self, timeout_s: float) -> bool:
-        """Wait until the thread has left the transport (after ``stop``); False if it has not."""
-        self._thread.join(timeout_s)
-        return not self._thread.is_alive()
-
-    def _run(self) -> None:
-        hbuf = _FirstBuffer(self._comm.device)  # its own: the rank's thread may receive from another peer
-        while (job := self._jobs.get()) is not None:
-            done, taghash = job
-            try:
-                done.set_result(self._comm._recv_frame(self._src, taghash, hbuf))
-            except BaseException as e:  # noqa: BLE001 - raised where the receive is waited on
-                done.set_exception(e)
+    def result(self) -> torch.Tensor:
+        comm, src = self._comm, self._src
+        queue = comm._ahead[src]
+        try:  # the oldest posted from its peer (Comm._take checks), so already started
+            payload = comm._finish_frame(src, self._taghash, f"recv from rank {src}", self._first)
+        finally:
+            queue.popleft()
+            if queue:
+                queue[0].start()
+        return payload
 
 
 def init_process_group_from_env(backend: str, timeout_s: float,
@@ -314,9 +299,10 @@ class TorchDistComm(Comm):
         self._first_guard_bytes = self._first_guard.tobytes()  # compared as bytes: cheaper than numpy
         self._slack_guard = self._first_guard[-_CHECKED:].copy()
         # a frame's first message's receive buffer, reused (allocated here, before any meter
-        # starts); a peer's receiver thread has its own (_PeerReceiver)
+        # starts); posted receives have one per peer (_PostedFrame), made at a peer's first
         self._hbuf = _FirstBuffer(self.device)
-        self._receivers: dict[int, _PeerReceiver] = {}  # started by a peer's first posted receive
+        self._peer_buffers: dict[int, _FirstBuffer] = {}
+        self._ahead: dict[int, deque[_PostedFrame]] = {}  # posted receives per peer, oldest first
         self._heartbeat = Heartbeat(self.board, self.rank) if self.board is not None else None
         self._sends: deque[_Posted] = deque()  # posted sends not yet waited on, oldest first
         self._sends_bytes = 0
@@ -409,12 +395,20 @@ class TorchDistComm(Comm):
             self._finish_oldest_send()
         self._spare_frames.clear()
 
-    def _recv_message(self, buf: torch.Tensor, src: int | None, what: str) -> int:
-        """Receive one transport message into ``buf``; returns its source."""
+    def _post_message(self, buf: torch.Tensor, src: int | None, what: str):
+        """Post the receive of one transport message into ``buf``; returns its work."""
         with self._guard(what):
-            work = self._pg.recv([buf], src, 0) if src is not None else self._pg.recv_anysource([buf], 0)
+            return self._pg.recv([buf], src, 0) if src is not None else self._pg.recv_anysource([buf], 0)
+
+    def _wait_message(self, work, src: int | None, what: str) -> int:
+        """Wait for a posted message (bounded by the timeout); returns its source."""
+        with self._guard(what):
             self._wait(work, what)
             return int(work._source_rank()) if src is None else src
+
+    def _recv_message(self, buf: torch.Tensor, src: int | None, what: str) -> int:
+        """Receive one transport message into ``buf``; returns its source."""
+        return self._wait_message(self._post_message(buf, src, what), src, what)
 
     def _check_guard(self, got: bytes, guard: bytes, src: int, end: int) -> None:
         # a longer message overwrites the bytes after its expected end from their start
@@ -450,8 +444,11 @@ class TorchDistComm(Comm):
                     srcs: list[int] = ()) -> tuple[int, int, torch.Tensor | None]:
         """A frame's first message from ``src`` (None: from any rank, ``srcs`` the ones the program
         takes from): (source, payload length, the payload if it came with the header)."""
-        # The checks read numpy views on the host: no tensor op (and no tensor the memory
-        # meter would count) per check.
+        return self._check_first(src, taghash, what, self._post_first(src, taghash, what, hbuf, srcs))
+
+    def _post_first(self, src: int | None, taghash: int, what: str, hbuf: _FirstBuffer | None = None,
+                    srcs: list[int] = ()):
+        """Post the receive of a frame's first message: (buffer, expected sizes per source, work)."""
         if src is not None:
             e = self._sizes_in.expected(src, taghash)
             expected = {} if e is None else {src: e}
@@ -465,7 +462,14 @@ class TorchDistComm(Comm):
             hbuf = self._hbuf if hbuf is None else hbuf
             dirty, hbuf.dirty = hbuf.dirty, FIRST_BUFFER_NBYTES
             hbuf.write(0, self._first_guard[:dirty])
-        got = self._recv_message(hbuf.tensor, src, what)
+        return hbuf, expected, self._post_message(hbuf.tensor, src, what)
+
+    def _check_first(self, src: int | None, taghash: int, what: str, posted) -> tuple[int, int, torch.Tensor | None]:
+        """Wait for a posted first message and check it (``_recv_first``)."""
+        # The checks read numpy views on the host: no tensor op (and no tensor the memory
+        # meter would count) per check.
+        hbuf, expected, work = posted
+        got = self._wait_message(work, src, what)
         n = parse_frame_header(hbuf.read(0, FRAME_HEADER_NBYTES).tobytes(), rank=self.rank, src=got,
                                taghash=taghash, max_frame_bytes=self.max_frame_bytes)
         sized = n == expected.get(got)  # the whole frame, at the size this pair's history expects
@@ -491,12 +495,26 @@ class TorchDistComm(Comm):
         return got, n, out
 
     def _post_recv_frame(self, src, taghash):
-        if src not in self._receivers:
-            self._receivers[src] = _PeerReceiver(self, src)
-        return self._receivers[src].post(taghash)
+        posted = _PostedFrame(self, src, taghash)
+        queue = self._ahead.setdefault(src, deque())
+        queue.append(posted)
+        if len(queue) == 1:  # nothing from this peer is posted before it: to the transport now
+            posted.start()
+        return posted
+
+    def _peer_buffer(self, src: int) -> _FirstBuffer:
+        """The first buffer of ``src``'s posted receives (one posted to the transport at a time)."""
+        if src not in self._peer_buffers:
+            self._peer_buffers[src] = _FirstBuffer(self.device)
+        return self._peer_buffers[src]
 
     def _recv_frame(self, src, taghash, hbuf: _FirstBuffer | None = None):
-        _, n, payload = self._recv_first(src, taghash, f"recv from rank {src}", hbuf)
+        what = f"recv from rank {src}"
+        return self._finish_frame(src, taghash, what, self._post_first(src, taghash, what, hbuf))
+
+    def _finish_frame(self, src: int, taghash: int, what: str, posted) -> torch.Tensor:
+        """The payload of the frame whose first message was posted (``_post_first``)."""
+        _, n, payload = self._check_first(src, taghash, what, posted)
         payload = payload if payload is not None else self._recv_body(n, src)
         self._sizes_in.record(src, taghash, n)
         return payload
@@ -608,16 +626,11 @@ class TorchDistComm(Comm):
             _POSTING.discard(comm)
 
     def close(self):
-        receivers = list(self._receivers.values())
-        for receiver in receivers:
-            receiver.stop()
-        self._receivers.clear()
         super().close()
-        # A receiver thread still inside gloo when the group is destroyed could take the
-        # process down with it: they finish their posted receives first (each bounded by the
-        # timeout; none is left in a program that took every receive it posted).  One that
-        # does not end keeps the group alive; the process's exit ends both.
-        left = [r for r in receivers if not r.join(self.timeout_s)]
+        # A receive posted to the transport and never taken (a program that posted more than it
+        # took) leaves gloo a pointer into its buffer: the group is not destroyed under it (the
+        # Comm keeps the buffer); the process's exit ends both.
+        left = any(queue and queue[0]._first is not None for queue in self._ahead.values())
         if self._heartbeat is not None:
             self._heartbeat.stop()
             self._heartbeat = None
