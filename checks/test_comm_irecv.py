@@ -149,3 +149,30 @@ def test_gloo_peer_death_while_a_receive_is_posted_is_named_within_the_timeout(t
     took, msg = report.read_text().split(" ", 1)
     assert msg.startswith("CommError: rank 1: recv from rank 0 failed"), msg
     assert float(took) < 20
+
+
+def _buffers_program(comm):
+    """Rank 1 holds a receive posted from rank 0 while it takes two longer frames from rank 2,
+    one blocking and one posted; only then does rank 0 send its short frame.  A posted receive
+    sharing a buffer with a blocking one or with another peer's would find the longer frame's
+    bytes after the short one's end."""
+    if comm.rank == 2:
+        comm.send(_payload(20, 3000), 1, "b")
+        comm.send(_payload(21, 2000), 1, "c")
+        return None
+    if comm.rank == 0:
+        comm.recv(1, "go")
+        comm.send(_payload(10, 100), 1, "a")
+        return None
+    short = comm.irecv(0, "a")
+    first = comm.recv(2, "b")
+    second = comm.irecv(2, "c").wait()
+    comm.send(torch.zeros(1, dtype=torch.uint8), 0, "go")
+    return [first.tolist(), second.tolist(), short.wait().tolist()]
+
+
+@pytest.mark.gloo
+def test_gloo_a_posted_receive_has_a_buffer_of_its_own():
+    got = run_gloo(3, _buffers_program, timeout_s=60)
+    assert got == run_threads(3, _buffers_program)
+    assert got[1] == [_payload(20, 3000).tolist(), _payload(21, 2000).tolist(), _payload(10, 100).tolist()]
