@@ -13,8 +13,11 @@ the launcher's per-step bookkeeping), ``torch.distributed.pipelining``'s
 rank's, from the barrier to after the optimiser step; a ratio is taken per step
 between neighbours in time (the same round), and the table gives its median
 [quartiles] over the measured steps, with each contestant's median step time
-and CPU time.  Every contestant's final ``params_sha256`` is printed: all equal
-(the same arithmetic), or the table says DIFFER.
+and CPU time, the latter also split by thread (mean per step, both ranks, from
+``/proc/self/task``: the main thread, gloo's transport threads, any other;
+clock-tick resolution, so only a mean over many steps says anything).  Every
+contestant's final ``params_sha256`` is printed: all equal (the same
+arithmetic), or the table says DIFFER.
 
     python3 -m benchmarks.pipeline_interleaved [--model tiny-opt] [--steps 200] [--micro-batches 4]
 """
@@ -83,7 +86,7 @@ def _contestants(cfg, rank: int, comm):
 
 def _thread_ticks() -> dict[str, int]:
     """CPU clock ticks so far of this process's threads, by kind: the main thread, gloo's
-    transport threads (named ``gloo*``), and any other (the Comm's receiver threads)."""
+    transport threads (named ``gloo*``), and any other."""
     out = {"main": 0, "gloo": 0, "other": 0}
     for tid in os.listdir("/proc/self/task"):
         try:
