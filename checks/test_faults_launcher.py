@@ -263,3 +263,25 @@ def test_a_stall_message_mentions_the_load_when_it_exceeds_the_cores():
 
     assert load_note(load=35.0, cores=8).startswith("; the machine is overloaded (load average 35.0 on 8 cores)")
     assert load_note(load=3.0, cores=8) == ""
+
+
+# ---- a rank that dies without a report ---------------------------------------------
+def test_a_rank_that_dies_by_a_signal_is_named_with_its_last_output():
+    # what a library prints before it aborts the process (gloo's enforce failures do) is the
+    # only account of the death: the launcher's one line carries the rank's last output
+    p = _start(timeout=30)
+    try:
+        ranks = _training(p)
+        with open(_run_dirs_of(p.pid)[0] / "rank1.log", "a") as log:
+            log.write("terminate called after throwing an instance of 'planted'\n")
+        os.kill(ranks[1], signal.SIGABRT)
+        code, err = _finish(p)
+        assert code == 1, err
+        line = _one_clear_line(err)
+        assert "rank 1 failed: process died without a report (killed by signal 6)" in line, line
+        said = line.split("; its last output: ", 1)[1]
+        assert "terminate called after throwing an instance of 'planted'" in said, line
+        _assert_nothing_left(p.pid)
+    finally:
+        if p.poll() is None:
+            p.kill()

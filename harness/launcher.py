@@ -168,6 +168,19 @@ def _kill(procs: list[subprocess.Popen]) -> None:
             p.wait()
 
 
+def _last_output(log: Path, lines: int = 3, chars: int = 400) -> str:
+    """The last lines a rank printed (its log: stdout and stderr), on one line: what a rank that
+    died without a report said last (an abort inside a library prints its reason there)."""
+    try:
+        with open(log, "rb") as f:
+            f.seek(max(0, f.seek(0, os.SEEK_END) - 8192))
+            text = f.read().decode("utf-8", "replace")
+    except OSError:
+        return ""
+    said = [ln.strip() for ln in text.splitlines() if ln.strip()]
+    return " | ".join(said[-lines:])[-chars:]
+
+
 def _root_cause(run_dir: Path, procs: list[subprocess.Popen], exited: set[int]) -> RankFailed:
     errors = {}
     for r in range(len(procs)):
@@ -188,7 +201,8 @@ def _root_cause(run_dir: Path, procs: list[subprocess.Popen], exited: set[int]) 
     if dead:
         r, code = dead[0]
         how = f"killed by signal {-code}" if code < 0 else f"exit code {code}"
-        return RankFailed(r, f"process died without a report ({how})")
+        tail = _last_output(run_dir / f"rank{r}.log")
+        return RankFailed(r, f"process died without a report ({how})" + (f"; its last output: {tail}" if tail else ""))
     stalled = {r: e for r, e in errors.items() if isinstance(e.get("stalled_rank"), int)}
     if stalled:
         r = min(stalled, key=lambda k: (stalled[k].get("time", 0.0), k))
