@@ -27,14 +27,13 @@ from __future__ import annotations
 import argparse
 import inspect
 import os
-import socket
 import statistics
 import time
 
 import torch
 import torch.distributed as dist
-import torch.multiprocessing as mp
 
+from benchmarks.gloo_pair import run_pair
 from benchmarks.pipeline_ratio import hand_gpipe_step
 from benchmarks.pipelining_ratio import StageModule, engine_config
 
@@ -142,22 +141,7 @@ def measure(cfg) -> tuple[dict, dict, dict, dict]:
     mean CPU per step by thread kind (both ranks), and the final ``params_sha256``."""
     from harness.results.fingerprint import params_sha256
 
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
-    ctx = mp.get_context("spawn")
-    q = ctx.Queue()
-    procs = [ctx.Process(target=_rank, args=(r, port, cfg, q)) for r in range(2)]
-    for pr in procs:
-        pr.start()
-    try:
-        out = sorted(q.get(timeout=3600) for _ in procs)
-    finally:
-        for pr in procs:
-            pr.join(timeout=60)
-            if pr.is_alive():
-                pr.kill()
-                pr.join()
+    out = run_pair(_rank, cfg, timeout_s=3600)
     # a step takes as long as its slower rank; CPU time is the sum of both ranks'
     step = {n: [max(a, b) for a, b in zip(out[0][1][n], out[1][1][n], strict=True)][WARMUP:] for n in CONTESTANTS}
     cpu = {n: [a + b for a, b in zip(out[0][2][n], out[1][2][n], strict=True)][WARMUP:] for n in CONTESTANTS}

@@ -19,14 +19,13 @@ from __future__ import annotations
 
 import argparse
 import os
-import socket
 import statistics
 import time
 
 import torch
 import torch.distributed as dist
-import torch.multiprocessing as mp
 
+from benchmarks.gloo_pair import run_pair
 from harness.launcher import run
 from harness.registry import make_config
 
@@ -98,17 +97,7 @@ def gpipe(cfg) -> tuple[float, float, str]:
     """(median step s of the slower rank, its CPU s per step, params_sha256 of both stages)."""
     from harness.results.fingerprint import params_sha256
 
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
-    ctx = mp.get_context("spawn")
-    q = ctx.Queue()
-    procs = [ctx.Process(target=_gpipe_rank, args=(r, port, cfg, q)) for r in range(2)]
-    for pr in procs:
-        pr.start()
-    out = sorted(q.get(timeout=600) for _ in procs)
-    for pr in procs:
-        pr.join()
+    out = run_pair(_gpipe_rank, cfg)
     meds = [statistics.median(t[WARMUP:]) for _, t, _, _ in out]
     slow = max(range(2), key=lambda r: meds[r])
     params = sorted(((i, torch.from_numpy(a)) for *_, ps in out for i, a in ps), key=lambda p: p[0])

@@ -23,14 +23,13 @@ from __future__ import annotations
 import argparse
 import inspect
 import os
-import socket
 import statistics
 import time
 
 import torch
 import torch.distributed as dist
-import torch.multiprocessing as mp
 
+from benchmarks.gloo_pair import run_pair
 from harness.launcher import run
 from harness.registry import make_config
 
@@ -92,22 +91,7 @@ def peer(cfg, schedule: str) -> tuple[float, float, str]:
     the slower rank, its CPU s per step, params_sha256 of both stages)."""
     from harness.results.fingerprint import params_sha256
 
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
-    ctx = mp.get_context("spawn")
-    q = ctx.Queue()
-    procs = [ctx.Process(target=_peer_rank, args=(r, port, cfg, schedule, q)) for r in range(2)]
-    for pr in procs:
-        pr.start()
-    try:
-        out = sorted(q.get(timeout=600) for _ in procs)
-    finally:
-        for pr in procs:
-            pr.join(timeout=30)
-            if pr.is_alive():
-                pr.kill()
-                pr.join()
+    out = run_pair(_peer_rank, cfg, schedule)
     meds = [statistics.median(t[WARMUP:]) for _, t, _, _ in out]
     slow = max(range(2), key=lambda r: meds[r])
     params = sorted(((i, torch.from_numpy(a)) for *_, ps in out for i, a in ps), key=lambda p: p[0])

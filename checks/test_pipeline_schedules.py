@@ -78,7 +78,8 @@ def test_schedules_run_every_micro_batch_once_backwards_in_order(world, micro):
             assert ob == [(op, m) for m in range(micro) for op in "FB"]
 
 
-def test_the_engine_posts_the_next_micro_batch_receives_ahead(monkeypatch):
+def _posted_receives(monkeypatch, **params) -> list[tuple[int, int, str]]:
+    """(rank, source, tag) of every receive a 3-stage pipeline-sgd step posts ahead."""
     posted = []
     real = ThreadsComm.irecv
 
@@ -87,7 +88,12 @@ def test_the_engine_posts_the_next_micro_batch_receives_ahead(monkeypatch):
         return real(self, src, tag)
 
     monkeypatch.setattr(ThreadsComm, "irecv", counting)
-    run(make_config("pipeline-sgd", world_size=3, **{**COMMON, "steps": 1}))
+    run(make_config("pipeline-sgd", world_size=3, **{**COMMON, "steps": 1}, params=params))
+    return posted
+
+
+def test_the_engine_posts_the_next_micro_batch_receives_ahead(monkeypatch):
+    posted = _posted_receives(monkeypatch)
     m = COMMON["micro_batches"]
     # each stage after the first posts micro-batches 1..M-1's activation, each before the last
     # posts micro-batches 1..M-1's gradient
@@ -96,16 +102,7 @@ def test_the_engine_posts_the_next_micro_batch_receives_ahead(monkeypatch):
 
 
 def test_1f1b_posts_no_receive_ahead(monkeypatch):
-    posted = []
-    real = ThreadsComm.irecv
-
-    def counting(self, src, tag=""):
-        posted.append((self.rank, src, tag))
-        return real(self, src, tag)
-
-    monkeypatch.setattr(ThreadsComm, "irecv", counting)
-    run(make_config("pipeline-sgd", world_size=3, **{**COMMON, "steps": 1}, params={"schedule": "1f1b"}))
-    assert posted == []
+    assert _posted_receives(monkeypatch, schedule="1f1b") == []
 
 
 def test_a_schedule_is_validated_with_the_parameters():
