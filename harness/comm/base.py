@@ -85,7 +85,6 @@ FRAME_END = b"\xcb\xe0"
 _FRAME_HEADER = struct.Struct("<IQ2s")
 FRAME_HEADER_NBYTES = _FRAME_HEADER.size  # 14
 FRAME_END_NBYTES = len(FRAME_END)
-_FRAME_END = struct.Struct(f"{FRAME_END_NBYTES}s")
 assert FRAME_HEADER_NBYTES + FRAME_END_NBYTES == FRAME_HEADER_BYTES
 #: Default largest payload a Comm sends or accepts: 1 GiB, above the largest
 #: message of the shipped algorithms (a full fp32 model of 125M parameters is 0.5 GB).
@@ -94,13 +93,6 @@ DEFAULT_MAX_FRAME_BYTES = 1 << 30
 
 def pack_frame_header(nbytes: int, taghash: int) -> bytes:
     return _FRAME_HEADER.pack(taghash, nbytes, FRAME_MAGIC)
-
-
-def pack_frame_into(frame, nbytes: int, taghash: int) -> None:
-    """Write the header and end marker of a frame of ``nbytes`` payload bytes into ``frame``
-    (a writable buffer of ``FRAME_HEADER_NBYTES + nbytes + FRAME_END_NBYTES`` bytes)."""
-    _FRAME_HEADER.pack_into(frame, 0, taghash, nbytes, FRAME_MAGIC)
-    _FRAME_END.pack_into(frame, FRAME_HEADER_NBYTES + nbytes, FRAME_END)
 
 
 def parse_frame_header(raw: bytes, *, rank: int, src: int, taghash: int, max_frame_bytes: int) -> int:

@@ -17,7 +17,6 @@ A meter is per rank; the run sums the ranks' ``sent`` totals.
 from __future__ import annotations
 
 import threading
-from collections import defaultdict
 from dataclasses import dataclass
 from typing import NamedTuple
 
@@ -43,21 +42,24 @@ class ByteMeter:
         self.rank = rank
         self.enabled = enabled
         self._lock = threading.Lock()
-        self._bytes: dict[Flow, int] = defaultdict(int)
-        self._messages: dict[Flow, int] = defaultdict(int)
+        self._counts: dict[Flow, list[int]] = {}  # [bytes, messages]: one lookup per message
         self.framing_bytes = 0
 
     def record(self, flow: Flow, nbytes: int, messages: int = 1, framing: int = 0) -> None:
         if not self.enabled:
             return
         with self._lock:
-            self._bytes[flow] += nbytes
-            self._messages[flow] += messages
+            counts = self._counts.get(flow)
+            if counts is None:
+                counts = self._counts[flow] = [0, 0]
+            counts[0] += nbytes
+            counts[1] += messages
             self.framing_bytes += framing
 
     def snapshot(self) -> MeterSnapshot:
         with self._lock:
-            return MeterSnapshot(dict(self._bytes), dict(self._messages), self.framing_bytes)
+            return MeterSnapshot({f: c[0] for f, c in self._counts.items()},
+                                 {f: c[1] for f, c in self._counts.items()}, self.framing_bytes)
 
 
 @dataclass(frozen=True)

@@ -75,6 +75,7 @@ interface for it; otherwise torchrun's TCP store (MASTER_ADDR/MASTER_PORT).
 
 from __future__ import annotations
 
+import ctypes
 import datetime as _dt
 import os
 from collections import deque
@@ -93,7 +94,7 @@ from .base import (
     CommError,
     CommTimeout,
     check_frame_end,
-    pack_frame_into,
+    pack_frame_header,
     parse_frame_header,
 )
 from .progress_board import Heartbeat
@@ -192,24 +193,38 @@ def _first_buffer_guard() -> np.ndarray:
 
 class _FirstBuffer:
     """A receive buffer for frames' first messages, its host view, and how many of its
-    leading bytes the last message may have written (only those need their guard back)."""
+    leading bytes the last message may have written (only those need their guard back).
+    On the host its bytes are read and written by address (``ctypes.memmove``): a frame's
+    first message is small, and for it a tensor view per access costs more than the copy."""
 
     def __init__(self, device: torch.device, nbytes: int = FIRST_BUFFER_NBYTES, lead: int = 0):
         # ``lead`` bytes before the buffer: a payload after the header then starts aligned
         self.tensor = torch.empty(lead + nbytes, dtype=torch.uint8, device=device)[lead:]
         self.host = self.tensor.numpy() if device.type == "cpu" else None
+        self.addr = self.tensor.data_ptr() if self.host is not None else None
         self.dirty = FIRST_BUFFER_NBYTES
 
-    def read(self, lo: int, hi: int) -> np.ndarray:
-        """Bytes ``lo:hi`` on the host (a view of a host buffer; a copy of a device's)."""
-        return self.host[lo:hi] if self.host is not None else self.tensor[lo:hi].cpu().numpy()
+    def read(self, lo: int, hi: int) -> bytes:
+        """Bytes ``lo:hi``, copied to the host."""
+        return self.host[lo:hi].tobytes() if self.host is not None else self.tensor[lo:hi].cpu().numpy().tobytes()
 
     def write(self, lo: int, data: np.ndarray) -> None:
-        """Host bytes ``data`` into the buffer from ``lo`` (through numpy on the host: no tensor op)."""
+        """Host bytes ``data`` into the buffer from ``lo``."""
         if self.host is not None:
             np.copyto(self.host[lo: lo + data.size], data)
         else:
             self.tensor[lo: lo + data.size].copy_(torch.from_numpy(np.ascontiguousarray(data)))
+
+    def take(self, lo: int, n: int) -> torch.Tensor:
+        """A new host tensor holding bytes ``lo:lo + n``: the one copy a receive into the reused
+        buffer makes (not a tensor op on the buffer itself, or a rank's memory meter would count
+        the receive scratch as the rank's)."""
+        out = torch.empty(n, dtype=torch.uint8)
+        if self.host is not None:
+            ctypes.memmove(out.data_ptr(), self.addr + lo, n)
+        else:
+            out.copy_(self.tensor[lo: lo + n])
+        return out
 
 
 class _BackendErrors:
@@ -314,10 +329,15 @@ class TorchDistComm(Comm):
         self._sizes_out, self._sizes_in = _SizeHistory(), _SizeHistory()
         # the transport's own calls (dist.isend/irecv resolve and check the group on every call)
         self._pg = dist.group.WORLD
+        self._guards: dict[str, _BackendErrors] = {}
 
     def _guard(self, what: str) -> _BackendErrors:
-        """Turn the backend's errors (closed peer, timeout) into CommError."""
-        return _BackendErrors(self.rank, what)
+        """Turn the backend's errors (closed peer, timeout) into CommError (one object per
+        ``what``, kept: a handful of strings, entered on every message)."""
+        guard = self._guards.get(what)
+        if guard is None:
+            guard = self._guards[what] = _BackendErrors(self.rank, what)
+        return guard
 
     def _wait(self, work, what: str) -> None:
         try:
@@ -340,12 +360,13 @@ class TorchDistComm(Comm):
         self._reap_sends()
         n = data.numel()
         frame = self._new_frame(FRAME_HEADER_NBYTES + n + FRAME_END_NBYTES)
-        # filled through numpy and struct: torch's sliced copies cost ~5x numpy's memcpy at
-        # 1 MiB, and a tensor op is one more call through a rank's memory meter (a dispatch mode)
-        f = frame.numpy()
-        pack_frame_into(f, n, taghash)
-        np.copyto(f[FRAME_HEADER_NBYTES:-FRAME_END_NBYTES],
-                  data.numpy() if data.device.type == "cpu" else data.cpu().numpy())
+        # filled by address: torch's sliced copies cost ~5x a memcpy at 1 MiB, a tensor op is one
+        # more call through a rank's memory meter (a dispatch mode), and numpy views cost more
+        # than the copy for a small frame
+        addr, data = frame.data_ptr(), (data if data.is_cpu else data.cpu())
+        ctypes.memmove(addr, pack_frame_header(n, taghash), FRAME_HEADER_NBYTES)
+        ctypes.memmove(addr + FRAME_HEADER_NBYTES, data.data_ptr(), n)
+        ctypes.memmove(addr + FRAME_HEADER_NBYTES + n, FRAME_END, FRAME_END_NBYTES)
         host_frame, frame = frame, (frame if self._host else frame.to(self.device))
         # one message (header, payload, end marker) when it fits the receiver's first buffer or
         # has the size the receiver expects from this pair's history, else the header, then the body
@@ -384,7 +405,10 @@ class TorchDistComm(Comm):
 
     def _reap_sends(self) -> None:
         """Let go of the sends that completed (a failed one raises, naming its peer).  Gloo's
-        send work says it completed only once waited on: there, this lets go of nothing."""
+        send work says it completed only once waited on: there this would let go of nothing,
+        and is skipped (it ran on every send)."""
+        if self.backend == "gloo":
+            return
         while self._sends and all(w.is_completed() for w in self._sends[0].works):
             self._finish_oldest_send()
 
@@ -470,17 +494,17 @@ class TorchDistComm(Comm):
         # meter would count) per check.
         hbuf, expected, work = posted
         got = self._wait_message(work, src, what)
-        n = parse_frame_header(hbuf.read(0, FRAME_HEADER_NBYTES).tobytes(), rank=self.rank, src=got,
+        n = parse_frame_header(hbuf.read(0, FRAME_HEADER_NBYTES), rank=self.rank, src=got,
                                taghash=taghash, max_frame_bytes=self.max_frame_bytes)
         sized = n == expected.get(got)  # the whole frame, at the size this pair's history expects
         inline = sized or n <= INLINE_MAX_PAYLOAD  # the payload and its end marker came with the header
         end = FRAME_HEADER_NBYTES + (n + FRAME_END_NBYTES if inline else 0)
         tail = hbuf.read(end - FRAME_END_NBYTES, end + _CHECKED)
         if inline:
-            check_frame_end(tail[:FRAME_END_NBYTES].tobytes(), rank=self.rank, src=got, nbytes=n)
+            check_frame_end(tail[:FRAME_END_NBYTES], rank=self.rank, src=got, nbytes=n)
         guard = (self._far_guard(end, end + _CHECKED).tobytes() if sized
                  else self._first_guard_bytes[end: end + _CHECKED])
-        self._check_guard(tail[FRAME_END_NBYTES:].tobytes(), guard, got, end)
+        self._check_guard(tail[FRAME_END_NBYTES:], guard, got, end)
         if not sized:
             hbuf.dirty = end
         if not inline:  # the header alone; the body follows
@@ -488,11 +512,7 @@ class TorchDistComm(Comm):
         if sized:  # a buffer of its own: the payload is a view of it (on a GPU, a copy to the host)
             payload = hbuf.tensor[FRAME_HEADER_NBYTES: FRAME_HEADER_NBYTES + n]
             return got, n, payload if hbuf.host is not None else payload.cpu()
-        # the reused buffer: the one copy a receive makes (no tensor op on the buffer itself, or
-        # the memory meter would count the receive scratch as the rank's)
-        out = torch.empty(n, dtype=torch.uint8)
-        np.copyto(out.numpy(), hbuf.read(FRAME_HEADER_NBYTES, FRAME_HEADER_NBYTES + n))
-        return got, n, out
+        return got, n, hbuf.take(FRAME_HEADER_NBYTES, n)  # the reused buffer: copied out
 
     def _post_recv_frame(self, src, taghash):
         posted = _PostedFrame(self, src, taghash)
