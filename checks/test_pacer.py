@@ -145,3 +145,56 @@ def test_the_link_delays_the_bytes_not_the_sender():
     assert pending > 1.0 and queued == 0
     assert math.isclose(waited, (8 * _wire(n, 16) - 8 * 6000) / rate, rel_tol=1e-9)
     assert ok
+
+
+def test_a_message_the_bucket_covers_leaves_from_the_caller():
+    """Through tbf, a message the bucket covers leaves at once: the caller posts it itself (it is in
+    the peer's mailbox when ``send`` returns), and no sender thread is started for it."""
+    def body(comm):
+        if comm.rank == 0:
+            comm.send(torch.ones(1000, dtype=torch.uint8), 1)  # 1,082 wire bytes, bucket 6,000
+            queued, sender = len(comm.world.mail.get((0, 1), ())), comm._sender
+            comm.barrier()
+            return queued, sender, comm.pacer.waited_s
+        got = comm.recv(0)
+        comm.barrier()
+        return torch.equal(got, torch.ones(1000, dtype=torch.uint8))
+
+    (queued, sender, waited), ok = run_threads(2, body, bandwidth_bps=1e6)
+    assert (queued, sender, waited) == (1, None, 0.0) and ok
+
+
+def test_a_released_message_never_overtakes_one_the_sender_thread_is_posting():
+    """A message the bucket covers goes from the caller only behind an idle sender thread: while the
+    thread is posting an earlier one (held here until the later one was sent), the later one queues
+    behind it, and the peer receives both in order (tags checked).  The pacer runs on a fake clock."""
+    import threading
+
+    posting, go = threading.Event(), threading.Event()
+
+    def body(comm):
+        if comm.rank == 1:
+            first, second = comm.recv(0, "first"), comm.recv(0, "second")
+            comm.barrier()
+            return first.numel(), second.numel()
+        clock = FakeClock()
+        comm.pacer = LinkPacer(1e6, clock=clock, sleep=clock.sleep)
+        post = comm._send_frame
+
+        def held(data, dst, taghash):
+            if threading.current_thread().name.endswith("paced-send") and not go.is_set():
+                posting.set()
+                assert go.wait(60)
+            post(data, dst, taghash)
+
+        comm._send_frame = held
+        comm.send(torch.zeros(56_000, dtype=torch.uint8), 1, "first")  # 0.4 s past the bucket: queued
+        clock.t += 10.0  # the link has carried it: the sender thread posts it (within 0.4 s), held there
+        assert posting.wait(60)
+        comm.send(torch.zeros(100, dtype=torch.uint8), 1, "second")  # released at once
+        go.set()
+        comm.barrier()
+        return None
+
+    _, sizes = run_threads(2, body, bandwidth_bps=1e6)
+    assert sizes == (56_000, 100)

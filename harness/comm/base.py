@@ -298,11 +298,13 @@ class Comm(ABC):
                             f"the maximum frame size {self.max_frame_bytes} (raise it with "
                             f"--max-frame-bytes or --set max_frame_bytes=...)")
         self._delay(1)
-        if self.pacer is not None:  # the link delays the bytes, not the caller: a thread posts them
-            release = self.pacer.outgoing_release(wire_bytes(data.numel(), FRAME_HEADER_BYTES))
+        release = None if self.pacer is None else self.pacer.outgoing_release(
+            wire_bytes(data.numel(), FRAME_HEADER_BYTES))
+        if release is not None and (release > self.pacer.clock() or not self._sender_idle()):
+            # the link delays the bytes, not the caller: the sender thread posts them at release
             self._paced_sender().put(release, data.detach().contiguous().clone(), dst, tag_hash(tag))
-        else:
-            with self._waiting():
+        else:  # unshaped, or covered by the bucket behind an idle sender: it leaves now, from here,
+            with self._waiting():  # as through tbf (no hop through the sender thread)
                 self._send_frame(data.contiguous(), dst, tag_hash(tag))
         self.meter.record(Flow(self.rank, dst, "sent", tag, "send"), data.numel(),
                           framing=FRAME_HEADER_BYTES)
@@ -322,6 +324,13 @@ class Comm(ABC):
             flush(*args)
         except CommError:
             pass
+
+    def _sender_idle(self) -> bool:
+        """No paced send is queued or being posted (a failed one raises here)."""
+        if self._sender is None:
+            return True
+        self._sender.check()
+        return self._sender.idle()
 
     def _paced_sender(self) -> PacedSender:
         if self._sender is None:

@@ -11,7 +11,8 @@ per link direction at the same rate:
   (:class:`PacedSender`) posts the message at its release time, so compute
   goes on while the link is busy, as behind a shaped NIC.  The bucket holds
   ``burst_bytes`` (the value ``harness.netns`` gives tbf), so a short
-  message goes at once on an idle link, as it does through tbf.  (A
+  message goes at once on an idle link, as it does through tbf: the caller
+  posts it itself when no earlier message is still queued (no thread hop).  (A
   collective is a synchronisation point: its caller waits for its bytes.)
 * **downlink** (switch -> rank): the receiver pays after a message arrives.
   Packets cross both shapers in a stream, so on an idle downlink a message
@@ -145,6 +146,12 @@ class PacedSender:
         with self._cond:
             self._queue.append((release_at, data, dst, taghash))
             self._cond.notify_all()
+
+    def idle(self) -> bool:
+        """Nothing queued and nothing being posted: a message released now may be posted by
+        its caller without overtaking one queued before it."""
+        with self._cond:
+            return not self._queue and not self._busy
 
     def check(self) -> None:
         """Raise the failure of an earlier post, if there was one."""
