@@ -1468,3 +1468,49 @@ def test_channel_absmax_equals_torchs_amin_amax_bit_for_bit(seed, N, H, f64, tra
     assert torch.equal(got.isnan(), want.isnan())
     ibits = torch.int64 if f64 else torch.int32
     assert got.dtype == want.dtype and torch.equal(got.view(ibits)[~got.isnan()], want.view(ibits)[~want.isnan()])
+
+
+def test_the_decoded_bytes_bound_counts_the_element_width():
+    """A payload whose decoded tensor is above ``max_decoded_bytes`` is refused before it is
+    allocated; the bound is in bytes (elements times their width), not elements."""
+    from algorithms.codecs._core import set_max_decoded_bytes
+
+    p = make_codec("fp32").encode(torch.ones(100))  # 400 decoded bytes
+    old = set_max_decoded_bytes(399)
+    try:
+        with pytest.raises(CodecError, match="more than the decoders' bound of 399 bytes"):
+            make_codec("fp32").decode(p)
+        set_max_decoded_bytes(400)
+        assert torch.equal(make_codec("fp32").decode(p), torch.ones(100))
+    finally:
+        set_max_decoded_bytes(old)
+
+
+def test_raw_bytes_shorter_than_asked_are_refused_not_read_past():
+    """``from_raw_bytes`` copies by address: a body shorter than the values asked for is a
+    CodecError, never a read past its end."""
+    from algorithms.codecs._core import from_raw_bytes
+
+    with pytest.raises(CodecError, match="truncated body: 7 bytes, 8 needed"):
+        from_raw_bytes(torch.zeros(7, dtype=torch.uint8), torch.float32, 2)
+    assert torch.equal(from_raw_bytes(torch.arange(8, dtype=torch.uint8), torch.int32, 2),
+                       torch.tensor([0x03020100, 0x07060504], dtype=torch.int32))
+
+
+@pytest.mark.parametrize("spec", ["identity", "fp32", "fp16"])
+@pytest.mark.parametrize("side", [-1, 1])
+def test_dense_bodies_either_side_of_the_copy_by_address_bound(spec, side):
+    """Below ``COPY_BY_ADDRESS_MAX`` bytes a dense body is copied by address, above it by torch:
+    either way the body is the values' little-endian bytes (numpy's, written here) and decodes
+    to the cast of the input."""
+    from algorithms.codecs._core import COPY_BY_ADDRESS_MAX
+
+    codec = make_codec(spec)
+    width = 2 if spec == "fp16" else 4
+    n = COPY_BY_ADDRESS_MAX // width + side
+    x = torch.randn(n, generator=torch.Generator().manual_seed(n))
+    p = codec.encode(x)
+    sent = x.to(torch.float16) if spec == "fp16" else x
+    body = p.data.numpy()[p.nbytes - n * width:]
+    assert body.tobytes() == sent.numpy().astype(sent.numpy().dtype.newbyteorder("<")).tobytes()
+    assert torch.equal(codec.decode(p), sent.to(x.dtype))

@@ -30,6 +30,7 @@ payload's length (:data:`MAX_ELEMENTS_PER_BYTE`), and by :func:`max_decoded_byte
 from __future__ import annotations
 
 import abc
+import ctypes
 import functools
 import math
 import struct
@@ -313,7 +314,7 @@ def parse_header(data: torch.Tensor, expect_family: int | None = None,
                          f"{MAX_ELEMENTS_PER_BYTE} per byte (pass max_numel, the count the "
                          "receiver expects, to decode larger sparse tensors)")
     dtype = CODE_DTYPES[dcode]
-    out = numel * torch.empty((), dtype=dtype).element_size()
+    out = numel * dtype.itemsize
     if out > max_decoded_bytes():
         raise CodecError(f"payload announces a {out}-byte tensor {shape}, more than the decoders' "
                          f"bound of {max_decoded_bytes()} bytes (set_max_decoded_bytes)")
@@ -463,7 +464,7 @@ def check_finite(x: torch.Tensor, codec: str) -> None:
 def make_payload(header: bytes, body_nbytes: int) -> tuple[torch.Tensor, torch.Tensor]:
     """Allocate ``header + body`` and return (whole, body view) with the header written."""
     out = torch.empty(len(header) + body_nbytes, dtype=torch.uint8)
-    out[: len(header)] = torch.frombuffer(bytearray(header), dtype=torch.uint8)
+    ctypes.memmove(out.data_ptr(), header, len(header))  # not a tensor op: a few bytes
     return out, out[len(header) :]
 
 
@@ -479,6 +480,23 @@ def raw_bytes(x: torch.Tensor) -> torch.Tensor:
     return b
 
 
+#: Up to this many bytes a codec copies raw values by address (``ctypes.memmove``): there a
+#: tensor copy's fixed cost dominates, and more so into or out of a payload's body, which starts
+#: unaligned after its header.  Above it, torch's copy, which may use several threads.
+COPY_BY_ADDRESS_MAX = 1 << 20
+
+
+def write_raw(body: torch.Tensor, x: torch.Tensor) -> None:
+    """The bytes of ``raw_bytes(x)`` into ``body`` (a uint8 view of their length)."""
+    if (LITTLE_ENDIAN and body.numel() <= COPY_BY_ADDRESS_MAX and x.is_contiguous()
+            and x.device.type == "cpu"):
+        if body.numel() != x.numel() * x.element_size():
+            raise CodecError(f"body of {body.numel()} bytes for {x.numel() * x.element_size()}")
+        ctypes.memmove(body.data_ptr(), x.data_ptr(), body.numel())
+    else:
+        body.copy_(raw_bytes(x))
+
+
 def from_raw_bytes(b: torch.Tensor, dtype: torch.dtype, count: int) -> torch.Tensor:
     """Inverse of :func:`raw_bytes` (copies, so the result is aligned)."""
     if dtype == torch.bool:
@@ -486,8 +504,16 @@ def from_raw_bytes(b: torch.Tensor, dtype: torch.dtype, count: int) -> torch.Ten
         if bool((v > 1).any()):
             raise CodecError("corrupted body: bool value other than 0 or 1")
         return v.view(torch.bool)
-    size = torch.empty((), dtype=dtype).element_size()
-    c = b[: count * size].clone()
+    size = dtype.itemsize
+    if b.numel() < count * size:
+        raise CodecError(f"truncated body: {b.numel()} bytes, {count * size} needed")
     if not LITTLE_ENDIAN and size > 1:  # pragma: no cover - big-endian hosts
-        c = c.view(-1, size).flip(1).reshape(-1).contiguous()
-    return c.view(dtype)
+        return b[: count * size].clone().view(-1, size).flip(1).reshape(-1).contiguous().view(dtype)
+    if count * size > COPY_BY_ADDRESS_MAX:
+        return b[: count * size].clone().view(dtype)
+    # a new aligned tensor filled by address (COPY_BY_ADDRESS_MAX); the memory meter counts
+    # it as it counted the clone (``torch.empty`` is an op)
+    c = torch.empty(count, dtype=dtype)
+    if count:
+        ctypes.memmove(c.data_ptr(), b.data_ptr(), count * size)
+    return c

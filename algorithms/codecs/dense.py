@@ -22,7 +22,7 @@ from ._core import (
     from_raw_bytes,
     header_nbytes,
     make_payload,
-    raw_bytes,
+    write_raw,
 )
 
 ALL_DTYPES = (*FLOAT_DTYPES, *INT_DTYPES, torch.bool)
@@ -80,12 +80,12 @@ class DenseCodec(Codec):
 
     def encoded_nbytes(self, x: torch.Tensor) -> int:
         x = check_input(x, ALL_DTYPES, self.name)
-        size = torch.empty((), dtype=self._send_dtype(x)).element_size()
+        size = self._send_dtype(x).itemsize
         return header_nbytes(x.dim(), self.family) + x.numel() * size
 
     def floor_bits(self, x: torch.Tensor) -> float:
         x = check_input(x, ALL_DTYPES, self.name)
-        return float(8 * torch.empty((), dtype=self._send_dtype(x)).element_size() * x.numel())
+        return float(8 * self._send_dtype(x).itemsize * x.numel())
 
     def encode(self, x: torch.Tensor, generator: torch.Generator | None = None) -> Payload:
         x = check_input(x, ALL_DTYPES, self.name)
@@ -95,7 +95,7 @@ class DenseCodec(Codec):
             self.family, x.dtype, tuple(x.shape), struct.pack("<B", DTYPE_CODES[send])
         )
         out, body = make_payload(header, y.numel() * y.element_size())
-        body.copy_(raw_bytes(y))
+        write_raw(body, y)
         return Payload(out)
 
     @classmethod
@@ -105,6 +105,6 @@ class DenseCodec(Codec):
             raise CodecError(f"corrupted header: unknown transmit dtype code {code}")
         send = CODE_DTYPES[code]
         n = hdr.numel
-        check_body_length(data, hdr, n * torch.empty((), dtype=send).element_size())
+        check_body_length(data, hdr, n * send.itemsize)
         vals = from_raw_bytes(data[hdr.nbytes :], send, n)
         return vals.to(hdr.dtype).reshape(hdr.shape)
