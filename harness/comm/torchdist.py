@@ -194,8 +194,8 @@ def _first_buffer_guard() -> np.ndarray:
 class _FirstBuffer:
     """A receive buffer for frames' first messages, its host view, and how many of its
     leading bytes the last message may have written (only those need their guard back).
-    On the host its bytes are read and written by address (``ctypes.memmove``): a frame's
-    first message is small, and for it a tensor view per access costs more than the copy."""
+    On the host an inline payload is copied out by address (``ctypes.memmove``): it is small,
+    and for it a tensor or numpy view costs more than the copy."""
 
     def __init__(self, device: torch.device, nbytes: int = FIRST_BUFFER_NBYTES, lead: int = 0):
         # ``lead`` bytes before the buffer: a payload after the header then starts aligned
