@@ -198,3 +198,23 @@ def test_a_released_message_never_overtakes_one_the_sender_thread_is_posting():
 
     _, sizes = run_threads(2, body, bandwidth_bps=1e6)
     assert sizes == (56_000, 100)
+
+
+def test_the_paced_benchmark_meters_a_steps_wire_bytes_and_ends_where_the_engine_does():
+    """``benchmarks.paced_interleaved`` divides a shaped step by bounds computed from the bytes its
+    shaped Comm metered over a step: those must be the step's wire bytes per direction (the
+    closed form over the launcher run's payload per message), and every contestant on the whole
+    batch must end where a launcher run of the engine does (pacing changes only time)."""
+    from benchmarks.paced_interleaved import WARMUP, measure
+    from benchmarks.pipelining_ratio import engine_config
+    from harness.launcher import run
+
+    kw = dict(steps=WARMUP + 2, seq_len=16, batch_size=8, micro_batches=4, seed=3)
+    step, wire, threads, shas = measure(engine_config("gpipe", **kw), {"80mbit": 80e6})
+    rec = run(engine_config("gpipe", **kw))
+    assert shas.keys() == {"unshaped", "shaped 80mbit"}
+    assert set(shas.values()) == {rec.metrics["params_sha256"].value}
+    per_message = rec.metrics["payload_bytes_per_step"].value / 8  # 4 micro-batches, each way
+    assert per_message == int(per_message)
+    assert wire["shaped 80mbit"] == (4 * _wire(int(per_message), 16),) * 2
+    assert all(len(s) == 2 for s in step.values()) and threads.keys() == step.keys()
