@@ -44,8 +44,7 @@ import torch
 import torch.distributed as dist
 
 from benchmarks.gloo_pair import run_pair
-from benchmarks.pipeline_interleaved import _thread_ticks
-from benchmarks.pipelining_ratio import engine_config
+from benchmarks.pipeline_interleaved import _thread_ticks, step_config
 
 WARMUP = 3  # rounds left out (first allocations, the size history of large frames)
 
@@ -135,19 +134,8 @@ def main() -> None:
 
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--rates", default="2mbit,10mbit,80mbit")
-    ap.add_argument("--model", default="tiny-opt")
-    ap.add_argument("--batch-size", type=int, default=8)
-    ap.add_argument("--seq-len", type=int, default=64)
-    ap.add_argument("--micro-batches", type=int, default=4)
-    ap.add_argument("--steps", type=int, default=60)
-    a = ap.parse_args()
-    if a.steps <= WARMUP:
-        ap.error(f"--steps must be above the {WARMUP} warm-up rounds")
+    a, cfg = step_config(ap, 60, WARMUP)
     rates = {r: parse_rate(r) for r in a.rates.split(",")}
-    if a.batch_size % a.micro_batches:
-        ap.error("--batch-size must be a multiple of --micro-batches")
-    cfg = engine_config("gpipe", model=a.model, batch_size=a.batch_size, seq_len=a.seq_len,
-                        micro_batches=a.micro_batches, steps=a.steps)
     print(f"torch {torch.__version__}  load average before: {os.getloadavg()}  cpus: {os.cpu_count()}")
     print(f"{a.model} batch {a.batch_size}x{a.seq_len}, {a.micro_batches} micro-batches, GPipe, {a.steps} rounds "
           f"({WARMUP} left out), gloo, 2 ranks, contestants interleaved per step")

@@ -151,18 +151,25 @@ def measure(cfg) -> tuple[dict, dict, dict, dict]:
     return step, cpu, threads, shas
 
 
-def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+def step_config(ap: argparse.ArgumentParser, steps: int, warmup: int):
+    """Add the step's options (model, batch, micro-batches, rounds) to ``ap``, parse the command
+    line and check it: (the parsed options, the engine's GPipe config)."""
     ap.add_argument("--model", default="tiny-opt")
     ap.add_argument("--batch-size", type=int, default=8)
     ap.add_argument("--seq-len", type=int, default=64)
     ap.add_argument("--micro-batches", type=int, default=4)
-    ap.add_argument("--steps", type=int, default=200)
+    ap.add_argument("--steps", type=int, default=steps)
     a = ap.parse_args()
-    if a.steps <= WARMUP:
-        ap.error(f"--steps must be above the {WARMUP} warm-up rounds")
-    cfg = engine_config("gpipe", model=a.model, batch_size=a.batch_size, seq_len=a.seq_len,
-                        micro_batches=a.micro_batches, steps=a.steps)
+    if a.steps <= warmup:
+        ap.error(f"--steps must be above the {warmup} warm-up rounds")
+    if a.batch_size % a.micro_batches:
+        ap.error("--batch-size must be a multiple of --micro-batches")
+    return a, engine_config("gpipe", model=a.model, batch_size=a.batch_size, seq_len=a.seq_len,
+                            micro_batches=a.micro_batches, steps=a.steps)
+
+
+def main() -> None:
+    a, cfg = step_config(argparse.ArgumentParser(description=__doc__.splitlines()[0]), 200, WARMUP)
     print(f"torch {torch.__version__}  load average before: {os.getloadavg()}  cpus: {os.cpu_count()}")
     print(f"{a.model} batch {a.batch_size}x{a.seq_len}, {a.micro_batches} micro-batches, {a.steps} rounds "
           f"({WARMUP} left out), gloo, 2 ranks, contestants interleaved per step")
