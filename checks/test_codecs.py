@@ -656,8 +656,9 @@ def test_qstoch_exact_law(seed, bits, dtype, d, log_scale):
     L = 2 ** (bits - 1) - 1
     law = qstoch_law(x, bits)
     lo, f, delta = qstoch_round_probs(x, bits)
-    # Q4: the paper's rounding law is unbiased
-    assert torch.allclose(delta * (lo + f), xd, rtol=1e-12, atol=1e-300)
+    # Q4: the paper's rounding law is unbiased.  For x/δ in (-1, 0), f = x/δ + 1 rounds to
+    # 2^-53 absolutely, so an x near zero is reproduced to about δ 2^-52, not relatively
+    assert torch.allclose(delta * (lo + f), xd, rtol=1e-12, atol=delta * 2.0**-50)
     # the implemented law: unbiased up to its 2^-R grid and the float32 δ on the wire
     R = law.resolution_bits
     bias = (law.mean() - xd).abs()
@@ -1495,6 +1496,44 @@ def test_raw_bytes_shorter_than_asked_are_refused_not_read_past():
         from_raw_bytes(torch.zeros(7, dtype=torch.uint8), torch.float32, 2)
     assert torch.equal(from_raw_bytes(torch.arange(8, dtype=torch.uint8), torch.int32, 2),
                        torch.tensor([0x03020100, 0x07060504], dtype=torch.int32))
+
+
+@settings(max_examples=60)
+@given(seeds, st.sampled_from(["float32", "float64", "float16", "int16", "int64", "uint8"]),
+       st.integers(0, 40), st.integers(0, 9), st.booleans())
+def test_raw_values_read_at_an_offset_are_numpys_and_a_short_body_is_refused(seed, name, count,
+                                                                            offset, short):
+    """``from_raw_bytes(b, dtype, count, offset, shape)`` reads the values at ``b[offset:]`` as
+    numpy's little-endian ``frombuffer`` does, in ``shape``; a buffer that ends before the last
+    value is a CodecError, whatever the offset, never a read past its end."""
+    from algorithms.codecs._core import from_raw_bytes
+
+    dtype = getattr(torch, name)
+    width = dtype.itemsize
+    nbytes = offset + count * width - (1 if short and count else 0)
+    raw = torch.randint(0, 256, (nbytes,), dtype=torch.uint8, generator=gen(seed))
+    shape = (count,) if count % 2 else (2, count // 2)
+    if short and count:
+        with pytest.raises(CodecError, match=f"truncated body: {nbytes - offset} bytes, "
+                                             f"{count * width} needed"):
+            from_raw_bytes(raw, dtype, count, offset=offset, shape=shape)
+        return
+    got = from_raw_bytes(raw, dtype, count, offset=offset, shape=shape)
+    want = np.frombuffer(raw.numpy().tobytes(), dtype=np.dtype(name).newbyteorder("<"),
+                         count=count, offset=offset).reshape(shape)
+    assert got.shape == shape and got.dtype == dtype
+    assert got.numpy().tobytes() == want.astype(np.dtype(name)).tobytes()
+
+
+def test_raw_values_above_the_copy_by_address_bound_are_read_at_their_offset():
+    """Above ``COPY_BY_ADDRESS_MAX`` bytes the values are cloned by torch, from the same offset."""
+    from algorithms.codecs._core import COPY_BY_ADDRESS_MAX, from_raw_bytes
+
+    count = COPY_BY_ADDRESS_MAX // 4 + 1
+    x = torch.randn(count, generator=torch.Generator().manual_seed(1))
+    raw = torch.cat([torch.tensor([7, 7, 7], dtype=torch.uint8), x.view(torch.uint8)])
+    assert torch.equal(from_raw_bytes(raw, torch.float32, count, offset=3, shape=(count, 1)),
+                       x.reshape(count, 1))
 
 
 @pytest.mark.parametrize("spec", ["identity", "fp32", "fp16"])

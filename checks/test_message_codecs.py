@@ -390,3 +390,126 @@ def test_a_flipped_body_bit_is_caught_by_the_body_crc(spec):
                 decode(Payload(d))
         else:
             assert not torch.equal(decode(Payload(d)), decode(p))
+
+
+def _resealed(p: Payload, edit) -> Payload:
+    """A dense payload's bytes with ``edit(bytearray)`` applied and both CRCs recomputed at the
+    original layout, so the decoder meets the edited field itself, not a checksum mismatch."""
+    raw = bytearray(p.tobytes())
+    h0 = _dense_h0(raw[5])
+    edit(raw)
+    struct.pack_into("<I", raw, h0 - 8, zlib.crc32(bytes(raw[h0:])))  # the body CRC
+    struct.pack_into("<I", raw, h0 - 4, zlib.crc32(bytes(raw[: h0 - 4])))  # the header CRC
+    return Payload(torch.frombuffer(raw, dtype=torch.uint8))
+
+
+def _dense_h0(ndim: int) -> int:
+    return 14 + 4 * ndim + 1  # the dense family's parameter block is one byte
+
+
+@pytest.mark.parametrize(("name", "edit", "message"), [
+    ("bad magic", lambda r: r.__setitem__(slice(0, 2), b"XB"), r"bad magic b'XB'"),
+    ("version", lambda r: r.__setitem__(2, 9), r"unsupported payload version 9 "),
+    ("codec id", lambda r: r.__setitem__(3, 99), r"unknown codec id 99 in payload header"),
+    ("dtype code", lambda r: r.__setitem__(4, 99), r"corrupted header: unknown dtype code 99$"),
+    ("ndim", lambda r: r.__setitem__(5, 17), r"corrupted header: ndim 17 > 16$"),
+    ("header bit", lambda r: r.__setitem__(6, r[6] ^ 1), r"^corrupted header: CRC-32 mismatch$"),
+    ("transmit dtype", lambda r: r.__setitem__(_dense_h0(1) - 9, 99),
+     r"unknown transmit dtype code 99$"),
+])
+def test_each_header_defect_is_named_in_the_error(name, edit, message):
+    """Every field the header parse checks names itself and its value in the CodecError (the
+    message is what a user debugging a peer's payload reads)."""
+    p = make_codec("identity").encode(torch.arange(6, dtype=torch.float32))
+    if name == "header bit":  # not resealed: the header CRC must catch it
+        raw = bytearray(p.tobytes())
+        edit(raw)
+        bad = Payload(torch.frombuffer(raw, dtype=torch.uint8))
+    else:
+        bad = _resealed(p, edit)
+    with pytest.raises(CodecError, match=message):
+        decode(bad)
+
+
+def test_truncated_and_overlong_payloads_say_by_how_much():
+    p = make_codec("identity").encode(torch.arange(6, dtype=torch.float32))
+    n, h0 = p.nbytes, _dense_h0(1)
+    with pytest.raises(CodecError, match=rf"^truncated payload: {h0 - 1} bytes, header needs {h0}$"):
+        decode(Payload(p.data[: h0 - 1].clone()))
+    with pytest.raises(CodecError, match=rf"^truncated payload: {n - 1} bytes, header announces {n}$"):
+        decode(Payload(p.data[:-1].clone()))
+    longer = torch.cat([p.data, torch.zeros(3, dtype=torch.uint8)])
+    with pytest.raises(CodecError, match=rf"^payload has 3 trailing bytes after the {n} announced$"):
+        decode(Payload(longer))
+
+
+def test_a_payload_of_exactly_the_expected_count_decodes_and_one_more_is_refused():
+    """``max_numel`` is the most elements the receiver expects: a payload of exactly that many
+    decodes (a pipeline's receiver expects its largest boundary tensor, which most are)."""
+    x = torch.arange(12, dtype=torch.float32).reshape(3, 4)
+    p = make_codec("fp32").encode(x)
+    assert torch.equal(make_codec("fp32").decode(p, max_numel=12), x)
+    with pytest.raises(CodecError, match=r"announces 12 elements \(3, 4\); the receiver expects at most 11$"):
+        make_codec("fp32").decode(p, max_numel=11)
+
+
+def test_a_bool_body_byte_other_than_0_or_1_is_refused():
+    p = make_codec("identity").encode(torch.tensor([True, False, True]))
+    assert torch.equal(decode(p), torch.tensor([True, False, True]))
+    for byte in (2, 255):
+        bad = _resealed(p, lambda r, b=byte: r.__setitem__(len(r) - 2, b))
+        with pytest.raises(CodecError, match=r"^corrupted body: bool value other than 0 or 1$"):
+            decode(bad)
+
+
+def test_inputs_a_header_cannot_carry_are_refused_by_name():
+    """A tensor of 17 dimensions, or of 2**32 elements (an expanded view: no memory), or not a
+    tensor at all, is refused by the encoder, naming the codec; 16 dimensions are carried."""
+    codec = make_codec("fp32")
+    sixteen = torch.ones((1,) * 16)
+    assert torch.equal(codec.decode(codec.encode(sixteen)), sixteen)
+    with pytest.raises(CodecError, match=r"^fp32: 17 dimensions, at most 16 are supported$"):
+        codec.encode(torch.ones((1,) * 17))
+    huge = torch.zeros(1).expand(1 << 16, 1 << 16)  # 2**32 elements, each dimension small
+    with pytest.raises(CodecError, match=r"^fp32: tensors with 2\*\*32 or more elements are not supported$"):
+        codec.encode(huge)
+    with pytest.raises(CodecError, match=r"^fp32: expected a torch.Tensor, got list$"):
+        codec.encode([1.0])
+    with pytest.raises(CodecError, match=r"^fp32: dtype torch.complex64 is not supported"):
+        codec.encode(torch.zeros(2, dtype=torch.complex64))
+
+
+def test_write_raw_refuses_a_body_of_another_length():
+    from algorithms.codecs._core import write_raw
+
+    out = torch.zeros(10, dtype=torch.uint8)
+    with pytest.raises(CodecError, match=r"^body of 7 bytes for 8$"):
+        write_raw(out, 3, torch.zeros(2, dtype=torch.float32))
+    write_raw(out, 2, torch.tensor([1.0, -2.0]))
+    assert out[2:].numpy().tobytes() == struct.pack("<2f", 1.0, -2.0)
+
+
+@pytest.mark.parametrize(("n", "message"), [
+    # the decoder's per-byte cap (no max_numel): 65536 elements per payload byte
+    (lambda size: (1 << 16) * size + 1, r"^payload of \d+ bytes announces \d+ elements \(\d+,\): more than "
+                                        r"65536 per byte \(pass max_numel, the count the receiver "
+                                        r"expects, to decode larger sparse tensors\)$"),
+    # exactly at the cap: not refused by it, but by the body its header implies
+    (lambda size: (1 << 16) * size, r"^truncated payload: \d+ bytes, header announces \d+$"),
+    # 2**32 - 1 elements still have a count a header can carry: the per-byte cap refuses them
+    (lambda size: (1 << 32) - 1, r"more than 65536 per byte"),
+])
+def test_a_header_announcing_more_elements_than_its_bytes_allow_is_refused(n, message):
+    p = make_codec("identity").encode(torch.zeros(3, dtype=torch.uint8))
+    count = n(p.nbytes)
+    bad = _resealed(p, lambda r: struct.pack_into("<I", r, 6, count))
+    with pytest.raises(CodecError, match=message):
+        decode(bad)
+
+
+def test_a_shape_of_2_to_the_32_elements_is_a_corrupted_header():
+    p = make_codec("identity").encode(torch.zeros(2, 2, dtype=torch.uint8))
+    bad = _resealed(p, lambda r: struct.pack_into("<2I", r, 6, 1 << 16, 1 << 16))
+    with pytest.raises(CodecError, match=r"^corrupted header: shape \(65536, 65536\) has 4294967296 "
+                                         r">= 2\*\*32 elements$"):
+        decode(bad, max_numel=1 << 40)

@@ -56,6 +56,12 @@ PROFILES: dict[str, tuple[list[str], list[str]]] = {
         ["algorithms/codecs/quant.py"],
         ["checks/test_anchor_codecs.py", "checks/test_codecs.py"],
     ),
+    # the wire header every codec parses, and the dense bodies copied by address
+    "codecs-core": (
+        ["algorithms/codecs/_core.py", "algorithms/codecs/dense.py"],
+        ["checks/test_codecs.py", "checks/test_message_codecs.py", "checks/test_codec_crc.py",
+         "checks/test_anchor_codecs.py"],
+    ),
     # sparse-qstoch's Elias–Fano positions and the bit packing under every sparse body
     "codecs-positions": (
         ["algorithms/codecs/elias_fano.py", "algorithms/codecs/bitpack.py"],

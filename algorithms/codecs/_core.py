@@ -37,7 +37,7 @@ import struct
 import sys
 import zlib
 from dataclasses import dataclass
-from typing import ClassVar
+from typing import ClassVar, NamedTuple
 
 import torch
 
@@ -203,9 +203,14 @@ def header_nbytes(ndim: int, family: int) -> int:
 
 def build_header(family: int, dtype: torch.dtype, shape: tuple[int, ...], params: bytes) -> bytes:
     """The header; with the body checksum on, its body-CRC slot is filled by :func:`seal`."""
+    return _header(family, dtype, shape, params, VERSION_BODY_CRC if body_checksum() else VERSION_PLAIN)
+
+
+@functools.lru_cache(maxsize=256)  # a pipeline sends the same few shapes every step
+def _header(family: int, dtype: torch.dtype, shape: tuple[int, ...], params: bytes,
+            version: int) -> bytes:
     if len(params) != PARAM_SIZES[family]:  # pragma: no cover - programming error
         raise AssertionError("parameter block has the wrong size")
-    version = VERSION_BODY_CRC if body_checksum() else VERSION_PLAIN
     head = MAGIC + struct.pack("<BBBB", version, family, DTYPE_CODES[dtype], len(shape))
     head += struct.pack(f"<{len(shape)}I", *shape) + params
     if version == VERSION_BODY_CRC:
@@ -223,18 +228,16 @@ def seal(data: torch.Tensor) -> None:
     struct.pack_into("<I", arr, h0 - CRC_BYTES, zlib.crc32(arr[: h0 - CRC_BYTES]))
 
 
-@dataclass(frozen=True)
-class Header:
+class Header(NamedTuple):
+    """A parsed, checked header (a tuple: built once per received message)."""
+
     family: int
     dtype: torch.dtype
     shape: tuple[int, ...]
     params: bytes
-    nbytes: int
-    body_crc: int | None = None  # version 2: checked by check_body_length
-
-    @property
-    def numel(self) -> int:
-        return math.prod(self.shape)
+    nbytes: int  # h0, where the body starts
+    body_crc: int | None  # version 2: checked by check_body_length
+    numel: int  # math.prod(shape)
 
 
 def as_payload_tensor(p: object) -> torch.Tensor:
@@ -248,17 +251,20 @@ def as_payload_tensor(p: object) -> torch.Tensor:
     raise CodecError(f"cannot decode an object of type {type(p).__name__}; expected a Payload")
 
 
-def _prefix(data: torch.Tensor, n: int) -> bytes:
-    """The payload's first ``n`` bytes (a host payload through numpy, without a tensor op)."""
-    return data.numpy()[:n].tobytes() if data.device.type == "cpu" else bytes(data[:n].tolist())
+def _host_bytes(data: torch.Tensor):
+    """The payload's bytes, read in place where it is on the host (a numpy view: indexing the
+    tensor itself is an op per read); a device payload's header is copied over once."""
+    if data.device.type == "cpu":
+        return data.numpy()
+    return data[: _max_h0()].cpu().numpy()
 
 
-def peek_family(data: torch.Tensor) -> int:
-    if data.numel() < FIXED_HEADER:
-        raise CodecError(
-            f"truncated payload: {data.numel()} bytes, a header needs at least {FIXED_HEADER}"
-        )
-    head = _prefix(data, FIXED_HEADER)
+def _max_h0() -> int:
+    return FIXED_HEADER + 4 * MAX_NDIM + max(PARAM_SIZES.values()) + BODY_CRC_BYTES + CRC_BYTES
+
+
+def _check_fixed(head: bytes) -> int:
+    """Validate the fixed fields (magic, version, codec id) of a header; its codec id."""
     if head[:2] != MAGIC:
         raise CodecError(
             f"bad magic {head[:2]!r}: not a commbench codec payload (expected {MAGIC!r})"
@@ -275,6 +281,21 @@ def peek_family(data: torch.Tensor) -> int:
     return head[3]
 
 
+def _check_length(n: int) -> None:
+    if n < FIXED_HEADER:
+        raise CodecError(f"truncated payload: {n} bytes, a header needs at least {FIXED_HEADER}")
+
+
+def peek_family(data: torch.Tensor) -> int:
+    _check_length(data.numel())
+    return _check_fixed(_host_bytes(data)[:FIXED_HEADER].tobytes())
+
+
+@functools.lru_cache(maxsize=MAX_NDIM + 1)
+def _shape_struct(ndim: int) -> struct.Struct:
+    return struct.Struct(f"<{ndim}I")
+
+
 def parse_header(data: torch.Tensor, expect_family: int | None = None,
                  max_numel: int | None = None) -> Header:
     """Validate and parse the header; raises :class:`CodecError` on any defect.
@@ -282,26 +303,29 @@ def parse_header(data: torch.Tensor, expect_family: int | None = None,
     ``max_numel``: the most elements the receiver expects (see :data:`MAX_ELEMENTS_PER_BYTE`);
     without it the count is bounded by the payload's length instead.
     """
-    family = peek_family(data)
+    size = data.numel()
+    _check_length(size)
+    arr = _host_bytes(data)  # read once: this runs for every message a pipeline receives
+    head = arr[:FIXED_HEADER].tobytes()
+    family = _check_fixed(head)
     if expect_family is not None and family != expect_family:
         raise CodecError(
             f"payload was made by codec family {FAMILY_NAMES[family]!r} (id {family}), "
             f"not {FAMILY_NAMES[expect_family]!r} (id {expect_family})"
         )
-    head = _prefix(data, FIXED_HEADER)
     version, dcode, ndim = head[2], head[4], head[5]
     if ndim > MAX_NDIM:
         raise CodecError(f"corrupted header: ndim {ndim} > {MAX_NDIM}")
     h0 = _h0(ndim, family, version)
-    if data.numel() < h0:
-        raise CodecError(f"truncated payload: {data.numel()} bytes, header needs {h0}")
-    raw = _prefix(data, h0)
+    if size < h0:
+        raise CodecError(f"truncated payload: {size} bytes, header needs {h0}")
+    raw = arr[:h0].tobytes()
     (crc,) = struct.unpack_from("<I", raw, h0 - CRC_BYTES)
     if zlib.crc32(raw[: h0 - CRC_BYTES]) != crc:
         raise CodecError("corrupted header: CRC-32 mismatch")
     if dcode not in CODE_DTYPES:
         raise CodecError(f"corrupted header: unknown dtype code {dcode}")
-    shape = tuple(int(s) for s in struct.unpack_from(f"<{ndim}I", raw, FIXED_HEADER))
+    shape = _shape_struct(ndim).unpack_from(raw, FIXED_HEADER)
     numel = math.prod(shape)
     if numel > U32_MAX:  # no encoder makes one (check_input)
         raise CodecError(f"corrupted header: shape {shape} has {numel} >= 2**32 elements")
@@ -309,18 +333,18 @@ def parse_header(data: torch.Tensor, expect_family: int | None = None,
         if numel > max_numel:
             raise CodecError(f"payload announces {numel} elements {shape}; the receiver expects "
                              f"at most {max_numel}")
-    elif numel > MAX_ELEMENTS_PER_BYTE * data.numel():
-        raise CodecError(f"payload of {data.numel()} bytes announces {numel} elements {shape}: more than "
+    elif numel > MAX_ELEMENTS_PER_BYTE * size:
+        raise CodecError(f"payload of {size} bytes announces {numel} elements {shape}: more than "
                          f"{MAX_ELEMENTS_PER_BYTE} per byte (pass max_numel, the count the "
                          "receiver expects, to decode larger sparse tensors)")
     dtype = CODE_DTYPES[dcode]
     out = numel * dtype.itemsize
-    if out > max_decoded_bytes():
+    if out > _limits["max_decoded_bytes"]:
         raise CodecError(f"payload announces a {out}-byte tensor {shape}, more than the decoders' "
                          f"bound of {max_decoded_bytes()} bytes (set_max_decoded_bytes)")
     end = FIXED_HEADER + 4 * ndim + PARAM_SIZES[family]
     body_crc = struct.unpack_from("<I", raw, end)[0] if version == VERSION_BODY_CRC else None
-    return Header(family, dtype, shape, raw[FIXED_HEADER + 4 * ndim : end], h0, body_crc)
+    return Header(family, dtype, shape, raw[FIXED_HEADER + 4 * ndim : end], h0, body_crc, numel)
 
 
 def check_body_length(data: torch.Tensor, hdr: Header, body: int) -> None:
@@ -334,8 +358,10 @@ def check_body_length(data: torch.Tensor, hdr: Header, body: int) -> None:
         raise CodecError(f"truncated payload: {got} bytes, header announces {want}")
     if got > want:
         raise CodecError(f"payload has {got - want} trailing bytes after the {want} announced")
-    if hdr.body_crc is not None and body_crc32(data[hdr.nbytes:].numpy()) != hdr.body_crc:
-        raise CodecError("corrupted body: CRC-32 mismatch")
+    if hdr.body_crc is not None:
+        # sliced in numpy, not as a tensor: a tensor slice is an op
+        if body_crc32(data.numpy()[hdr.nbytes:]) != hdr.body_crc:
+            raise CodecError("corrupted body: CRC-32 mismatch")
 
 
 def log2_binom(n: int, k: int) -> float:
@@ -445,7 +471,7 @@ def check_input(x: object, allowed: tuple[torch.dtype, ...], codec: str) -> torc
         raise CodecError(f"{codec}: dtype {x.dtype} is not supported (supported: {names})")
     if x.dim() > MAX_NDIM:
         raise CodecError(f"{codec}: {x.dim()} dimensions, at most {MAX_NDIM} are supported")
-    if any(s > U32_MAX for s in x.shape) or x.numel() > U32_MAX:
+    if x.numel() > U32_MAX or (x.dim() and max(x.shape) > U32_MAX):
         raise CodecError(f"{codec}: tensors with 2**32 or more elements are not supported")
     x = x.detach()
     if x.device.type != "cpu":
@@ -461,10 +487,16 @@ def check_finite(x: torch.Tensor, codec: str) -> None:
             raise NonFiniteInput(f"{codec}: input contains NaN or infinity")
 
 
-def make_payload(header: bytes, body_nbytes: int) -> tuple[torch.Tensor, torch.Tensor]:
-    """Allocate ``header + body`` and return (whole, body view) with the header written."""
+def new_payload(header: bytes, body_nbytes: int) -> torch.Tensor:
+    """Allocate ``header + body`` with the header written; the body follows at ``len(header)``."""
     out = torch.empty(len(header) + body_nbytes, dtype=torch.uint8)
     ctypes.memmove(out.data_ptr(), header, len(header))  # not a tensor op: a few bytes
+    return out
+
+
+def make_payload(header: bytes, body_nbytes: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """:func:`new_payload` and a uint8 view of its body, for codecs that write it with tensor ops."""
+    out = new_payload(header, body_nbytes)
     return out, out[len(header) :]
 
 
@@ -486,34 +518,39 @@ def raw_bytes(x: torch.Tensor) -> torch.Tensor:
 COPY_BY_ADDRESS_MAX = 1 << 20
 
 
-def write_raw(body: torch.Tensor, x: torch.Tensor) -> None:
-    """The bytes of ``raw_bytes(x)`` into ``body`` (a uint8 view of their length)."""
-    if (LITTLE_ENDIAN and body.numel() <= COPY_BY_ADDRESS_MAX and x.is_contiguous()
-            and x.device.type == "cpu"):
-        if body.numel() != x.numel() * x.element_size():
-            raise CodecError(f"body of {body.numel()} bytes for {x.numel() * x.element_size()}")
-        ctypes.memmove(body.data_ptr(), x.data_ptr(), body.numel())
+def write_raw(out: torch.Tensor, offset: int, x: torch.Tensor) -> None:
+    """The bytes of ``raw_bytes(x)`` into ``out`` (a uint8 payload) from ``offset`` to its end."""
+    nbytes = x.numel() * x.element_size()
+    if out.numel() - offset != nbytes:
+        raise CodecError(f"body of {out.numel() - offset} bytes for {nbytes}")
+    if LITTLE_ENDIAN and nbytes <= COPY_BY_ADDRESS_MAX and x.is_contiguous() and x.device.type == "cpu":
+        ctypes.memmove(out.data_ptr() + offset, x.data_ptr(), nbytes)
     else:
-        body.copy_(raw_bytes(x))
+        out[offset:].copy_(raw_bytes(x))
 
 
-def from_raw_bytes(b: torch.Tensor, dtype: torch.dtype, count: int) -> torch.Tensor:
-    """Inverse of :func:`raw_bytes` (copies, so the result is aligned)."""
+def from_raw_bytes(b: torch.Tensor, dtype: torch.dtype, count: int, offset: int = 0,
+                   shape: tuple[int, ...] | None = None) -> torch.Tensor:
+    """Inverse of :func:`raw_bytes` on ``b[offset:]`` (copies, so the result is aligned);
+    ``shape``: the result's, when not 1-D (``count`` elements in all)."""
+    shape = (count,) if shape is None else shape
     if dtype == torch.bool:
-        v = b[:count].clone()
+        v = b[offset : offset + count].clone()
         if bool((v > 1).any()):
             raise CodecError("corrupted body: bool value other than 0 or 1")
-        return v.view(torch.bool)
+        return v.view(torch.bool).reshape(shape)
     size = dtype.itemsize
-    if b.numel() < count * size:
-        raise CodecError(f"truncated body: {b.numel()} bytes, {count * size} needed")
+    nbytes = count * size
+    if b.numel() - offset < nbytes:
+        raise CodecError(f"truncated body: {b.numel() - offset} bytes, {nbytes} needed")
     if not LITTLE_ENDIAN and size > 1:  # pragma: no cover - big-endian hosts
-        return b[: count * size].clone().view(-1, size).flip(1).reshape(-1).contiguous().view(dtype)
-    if count * size > COPY_BY_ADDRESS_MAX:
-        return b[: count * size].clone().view(dtype)
+        v = b[offset : offset + nbytes].clone().view(-1, size).flip(1).reshape(-1).contiguous()
+        return v.view(dtype).reshape(shape)
+    if nbytes > COPY_BY_ADDRESS_MAX:
+        return b[offset : offset + nbytes].clone().view(dtype).reshape(shape)
     # a new aligned tensor filled by address (COPY_BY_ADDRESS_MAX); the memory meter counts
     # it as it counted the clone (``torch.empty`` is an op)
-    c = torch.empty(count, dtype=dtype)
+    c = torch.empty(shape, dtype=dtype)
     if count:
-        ctypes.memmove(c.data_ptr(), b.data_ptr(), count * size)
+        ctypes.memmove(c.data_ptr(), b.data_ptr() + offset, nbytes)
     return c

@@ -21,7 +21,7 @@ from ._core import (
     check_input,
     from_raw_bytes,
     header_nbytes,
-    make_payload,
+    new_payload,
     write_raw,
 )
 
@@ -94,8 +94,8 @@ class DenseCodec(Codec):
         header = build_header(
             self.family, x.dtype, tuple(x.shape), struct.pack("<B", DTYPE_CODES[send])
         )
-        out, body = make_payload(header, y.numel() * y.element_size())
-        write_raw(body, y)
+        out = new_payload(header, y.numel() * y.element_size())
+        write_raw(out, len(header), y)
         return Payload(out)
 
     @classmethod
@@ -104,7 +104,6 @@ class DenseCodec(Codec):
         if code not in CODE_DTYPES:
             raise CodecError(f"corrupted header: unknown transmit dtype code {code}")
         send = CODE_DTYPES[code]
-        n = hdr.numel
-        check_body_length(data, hdr, n * send.itemsize)
-        vals = from_raw_bytes(data[hdr.nbytes :], send, n)
-        return vals.to(hdr.dtype).reshape(hdr.shape)
+        check_body_length(data, hdr, hdr.numel * send.itemsize)
+        vals = from_raw_bytes(data, send, hdr.numel, offset=hdr.nbytes, shape=hdr.shape)
+        return vals if send == hdr.dtype else vals.to(hdr.dtype)
