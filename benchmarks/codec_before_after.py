@@ -4,6 +4,13 @@ Extract the other commit's codec package first (it imports only itself)::
 
     mkdir -p old-codecs && git archive BASE algorithms/codecs | tar -x -C old-codecs
     python3 -m benchmarks.codec_before_after old-codecs/algorithms/codecs [--threads 1] [--repeats 9]
+    python3 -m benchmarks.codec_before_after old-codecs/algorithms/codecs --message
+
+``--message``: a pipeline's per-message cost instead, where the header and the Python around
+the body dominate: encode and decode, each timed as a loop of ``MESSAGE_LOOP`` calls, of one
+tiny-opt micro-batch activation (2 x 64 x 64 float32, 32 KiB) in the lossless and compressing
+codecs a pipeline link uses (``MESSAGE_SPECS``), printed in microseconds per call with the
+new / old CPU ratio.  Old and new decode the same payload (each codec's own encoding).
 
 Every repeat times ``torch.clone`` and each encoder once (the least of three
 back-to-back runs, by CPU time), old and new in turn, on the 4M-element float32
@@ -27,6 +34,8 @@ from algorithms import codecs as new
 from benchmarks.codec_ratios import top_fraction
 
 SPECS = ("qstoch:bits=4", "qchannel:bits=4", "topk:ratio=0.1", "sparse-qstoch:bits=4")
+MESSAGE_SPECS = ("fp32", "fp16", "qstoch:bits=4", "topk:ratio=0.1")
+MESSAGE_LOOP = 2000
 
 
 def _load(path: str):
@@ -48,14 +57,52 @@ def _fmt(v: list[float]) -> str:
     return f"{statistics.median(v):6.2f} [{min(v):.2f}, {max(v):.2f}]"
 
 
+def _messages(old, repeats: int) -> None:
+    """Per-message encode and decode of a 32 KiB activation, old and new interleaved."""
+    x = torch.randn(2, 64, 64, generator=torch.Generator().manual_seed(0))
+    cases = {}
+    for s in MESSAGE_SPECS:
+        for name, mod in (("old", old), ("new", new)):
+            codec = mod.make_codec(s)
+            p = codec.encode(x, torch.Generator().manual_seed(2))
+            cases[f"{s} encode {name}"] = lambda c=codec: [c.encode(x) for _ in range(MESSAGE_LOOP)]
+            cases[f"{s} decode {name}"] = lambda c=codec, p=p: [c.decode(p, x.numel()) for _ in range(MESSAGE_LOOP)]
+    res = _interleaved(cases, repeats)
+    us = 1e6 / MESSAGE_LOOP
+    for s in MESSAGE_SPECS:
+        for op in ("encode", "decode"):
+            o, n = res[f"{s} {op} old"], res[f"{s} {op} new"]
+            r = [b[1] / a[1] for a, b in zip(o, n, strict=True)]
+            print(f"  {s:16s} {op}  old {us * statistics.median(c for _, c in o):7.2f} us  "
+                  f"new {us * statistics.median(c for _, c in n):7.2f} us  new / old cpu {_fmt(r)}")
+
+
+def _interleaved(cases: dict, repeats: int) -> dict[str, list[tuple[float, float]]]:
+    """Each case once per repeat, in turn: the least of three runs by CPU time."""
+    for fn in cases.values():
+        fn()
+    res: dict[str, list[tuple[float, float]]] = {k: [] for k in cases}
+    for _ in range(repeats):
+        for k, fn in cases.items():
+            res[k].append(min((_t(fn) for _ in range(3)), key=lambda t: t[1]))
+    return res
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("old", help="a directory holding another commit's algorithms/codecs package")
     ap.add_argument("--threads", type=int, default=1)
     ap.add_argument("--repeats", type=int, default=9)
+    ap.add_argument("--message", action="store_true",
+                    help="per-message encode and decode of a 32 KiB activation (module docstring)")
     a = ap.parse_args()
     old = _load(a.old)
     torch.set_num_threads(a.threads)
+    print(f"load average before: {os.getloadavg()}  threads {a.threads}")
+    if a.message:
+        _messages(old, a.repeats)
+        print(f"load average after: {os.getloadavg()}")
+        return
     x = torch.randn(4096, 1024, generator=torch.Generator().manual_seed(0))
     g = torch.Generator().manual_seed(2)
     cases = {"clone": x.clone}
@@ -65,13 +112,7 @@ def main() -> None:
             codec = mod.make_codec(s)
             inp = sparse if s.startswith("sparse") else x
             cases[f"{s} {name}"] = lambda c=codec, inp=inp: c.encode(inp, g)
-    for fn in cases.values():
-        fn()
-    res: dict[str, list[tuple[float, float]]] = {k: [] for k in cases}
-    print(f"load average before: {os.getloadavg()}  threads {a.threads}")
-    for _ in range(a.repeats):
-        for k, fn in cases.items():
-            res[k].append(min((_t(fn) for _ in range(3)), key=lambda t: t[1]))
+    res = _interleaved(cases, a.repeats)
     clone = res["clone"]
     print(f"clone median {1e3 * statistics.median(w for w, _ in clone):.2f} ms")
     for k in cases:
