@@ -44,7 +44,13 @@ import torch
 import torch.distributed as dist
 
 from benchmarks.gloo_pair import run_pair
-from benchmarks.pipeline_interleaved import _thread_ticks, step_config
+from benchmarks.pipeline_interleaved import (
+    pair_totals,
+    seconds_per_step,
+    stage_params,
+    step_config,
+    thread_ticks,
+)
 
 WARMUP = 3  # rounds left out (first allocations, the size history of large frames)
 
@@ -88,14 +94,14 @@ def _rank(rank: int, port: int, cfg, rates: dict[str, float], q) -> None:
             x, y, m = (ids[: len(ids) // M], labels[: len(ids) // M], 1) if one else (ids, labels, M)
             comm.barrier()  # no send of another contestant left in flight
             before = comm.meter.snapshot()
-            t0 = _thread_ticks()
+            t0 = thread_ticks()
             w0 = time.perf_counter()
             opt.zero_grad(set_to_none=True)
             pipeline_step(comm, stage, x, y, m, codecs, "gpipe")
             opt.step()
             wall[name].append(time.perf_counter() - w0)
             if step >= WARMUP:
-                for kind, n in _thread_ticks().items():
+                for kind, n in thread_ticks().items():
                     ticks[name][kind] += n - t0[kind]
             if name.startswith("shaped") and name not in sent_wire:
                 window = comm.meter.snapshot() - before
@@ -103,11 +109,8 @@ def _rank(rank: int, port: int, cfg, rates: dict[str, float], q) -> None:
                     messages * wire_bytes(window.bytes[flow] // messages, FRAME_HEADER_BYTES)
                     for flow, messages in window.messages.items()
                     if flow.direction == "sent" and messages)
-    params = {n: [(i, t.detach().numpy().copy()) for i, _, t in runs[n][0].global_named_parameters()]
-              for n in names if n != "one micro-batch"}  # its steps train on other rows
-    per_step = {n: {k: v / os.sysconf("SC_CLK_TCK") / (cfg.steps - WARMUP) for k, v in t.items()}
-                for n, t in ticks.items()}
-    q.put((rank, wall, sent_wire, params, per_step))
+    params = {n: stage_params(runs[n][0]) for n in names if n != "one micro-batch"}  # its steps train on other rows
+    q.put((rank, wall, sent_wire, params, seconds_per_step(ticks, cfg.steps - WARMUP)))
     for comm in {id(c): c for c in comms.values()}.values():
         comm.close()  # the last one also leaves the process group
 
@@ -116,15 +119,11 @@ def measure(cfg, rates: dict[str, float]):
     """Per contestant the step times of the slower rank over the measured rounds, per shaped
     contestant each direction's wire bytes per step, the CPU per step by thread kind (both
     ranks), and the final ``params_sha256`` of each contestant that trains on the whole batch."""
-    from harness.results.fingerprint import params_sha256
-
     out = run_pair(_rank, cfg, rates, timeout_s=3600)  # in rank order
     names = list(out[0][1])
     step = {n: [max(a, b) for a, b in zip(out[0][1][n], out[1][1][n], strict=True)][WARMUP:] for n in names}
     wire = {n: (out[0][2][n], out[1][2][n]) for n in out[0][2]}  # (forward, backward) direction
-    threads = {n: {k: sum(o[4][n][k] for o in out) for k in ("main", "gloo", "other")} for n in names}
-    shas = {n: params_sha256(sorted(((i, torch.from_numpy(t)) for o in out for i, t in o[3][n]),
-                                    key=lambda p: p[0])) for n in out[0][3]}
+    threads, shas = pair_totals((out[0][4], out[1][4]), (out[0][3], out[1][3]))
     return step, wire, threads, shas
 
 

@@ -83,7 +83,7 @@ def _contestants(cfg, rank: int, comm):
     return out
 
 
-def _thread_ticks() -> dict[str, int]:
+def thread_ticks() -> dict[str, int]:
     """CPU clock ticks so far of this process's threads, by kind: the main thread, gloo's
     transport threads (named ``gloo*``), and any other."""
     out = {"main": 0, "gloo": 0, "other": 0}
@@ -97,6 +97,29 @@ def _thread_ticks() -> dict[str, int]:
         kind = "main" if int(tid) == os.getpid() else "gloo" if name.startswith("gloo") else "other"
         out[kind] += int(fields[11]) + int(fields[12])  # utime + stime
     return out
+
+
+def stage_params(stage) -> list[tuple[int, object]]:
+    """A stage's parameters by global index, copied out as numpy arrays (what a rank hands back
+    for the contestant's ``params_sha256``)."""
+    return [(i, t.detach().numpy().copy()) for i, _, t in stage.global_named_parameters()]
+
+
+def seconds_per_step(ticks: dict[str, dict[str, int]], steps: int) -> dict[str, dict[str, float]]:
+    """Clock ticks summed over ``steps`` measured rounds, as seconds per step (by contestant and
+    thread kind)."""
+    return {n: {k: v / os.sysconf("SC_CLK_TCK") / steps for k, v in t.items()} for n, t in ticks.items()}
+
+
+def pair_totals(threads: tuple[dict, dict], params: tuple[dict, dict]) -> tuple[dict, dict]:
+    """From the two ranks' per-step thread CPU and stage parameters (each by contestant): the CPU
+    per step by thread kind summed over both ranks, and each contestant's ``params_sha256``."""
+    from harness.results.fingerprint import params_sha256
+
+    cpu = {n: {k: sum(t[n][k] for t in threads) for k in ("main", "gloo", "other")} for n in threads[0]}
+    shas = {n: params_sha256(sorted(((i, torch.from_numpy(t)) for p in params for i, t in p[n]),
+                                    key=lambda p: p[0])) for n in params[0]}
+    return cpu, shas
 
 
 def _rank(rank: int, port: int, cfg, q) -> None:
@@ -117,7 +140,7 @@ def _rank(rank: int, port: int, cfg, q) -> None:
         for name in CONTESTANTS[k:] + CONTESTANTS[:k]:  # the order rotates every step
             stage, opt, fn = runs[name]
             comm.barrier()  # also waits for the engine's posted sends: none is left in flight
-            t0 = _thread_ticks()
+            t0 = thread_ticks()
             w0, c0 = time.perf_counter(), time.process_time()
             opt.zero_grad(set_to_none=True)
             fn(ids, labels)
@@ -125,13 +148,10 @@ def _rank(rank: int, port: int, cfg, q) -> None:
             wall[name].append(time.perf_counter() - w0)
             cpu[name].append(time.process_time() - c0)
             if step >= WARMUP:
-                for kind, n in _thread_ticks().items():
+                for kind, n in thread_ticks().items():
                     ticks[name][kind] += n - t0[kind]
-    params = {n: [(i, t.detach().numpy().copy()) for i, _, t in runs[n][0].global_named_parameters()]
-              for n in CONTESTANTS}
-    per_step = {n: {k: v / os.sysconf("SC_CLK_TCK") / (cfg.steps - WARMUP) for k, v in t.items()}
-                for n, t in ticks.items()}
-    q.put((rank, wall, cpu, params, per_step))
+    params = {n: stage_params(runs[n][0]) for n in CONTESTANTS}
+    q.put((rank, wall, cpu, params, seconds_per_step(ticks, cfg.steps - WARMUP)))
     comm.close()  # also leaves the process group
 
 
@@ -139,15 +159,11 @@ def measure(cfg) -> tuple[dict, dict, dict, dict]:
     """Run the contestants interleaved on 2 spawned gloo ranks: per contestant, the step times
     of the slower rank and the CPU times of both ranks (lists over the measured rounds), the
     mean CPU per step by thread kind (both ranks), and the final ``params_sha256``."""
-    from harness.results.fingerprint import params_sha256
-
     out = run_pair(_rank, cfg, timeout_s=3600)
     # a step takes as long as its slower rank; CPU time is the sum of both ranks'
     step = {n: [max(a, b) for a, b in zip(out[0][1][n], out[1][1][n], strict=True)][WARMUP:] for n in CONTESTANTS}
     cpu = {n: [a + b for a, b in zip(out[0][2][n], out[1][2][n], strict=True)][WARMUP:] for n in CONTESTANTS}
-    threads = {n: {k: sum(o[4][n][k] for o in out) for k in ("main", "gloo", "other")} for n in CONTESTANTS}
-    shas = {n: params_sha256(sorted(((i, torch.from_numpy(t)) for o in out for i, t in o[3][n]),
-                                    key=lambda p: p[0])) for n in CONTESTANTS}
+    threads, shas = pair_totals((out[0][4], out[1][4]), (out[0][3], out[1][3]))
     return step, cpu, threads, shas
 
 

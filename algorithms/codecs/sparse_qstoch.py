@@ -57,18 +57,13 @@ from ._core import (
 from ._rng import pool_workers, run_blocks
 from .bitpack import pack_bits, packed_nbytes, unpack_bits
 from .quant import FLT32_MAX, FLT32_MIN_NORMAL, QSTOCH_BITS, _QStochBits, qstoch_law
-from .sparse_body import FMT_BITMAP, decode_positions, encode_positions
+from .sparse_body import FMT_BITMAP, decode_positions, encode_positions, index_width
 
 PARAMS = struct.Struct("<BfI")  # B | layout << 6, δ, nnz
 LAYOUT_INDEX, LAYOUT_BITMAP, LAYOUT_DENSE, LAYOUT_EF = 0, 1, 2, 3
 LAYOUTS = (LAYOUT_INDEX, LAYOUT_BITMAP, LAYOUT_DENSE, LAYOUT_EF)
 LAYOUT_SHIFT = 6
 PARALLEL_MIN_ELEMENTS = 1 << 16  # below this the pool's hand-off costs more than it saves
-
-
-def index_width(n: int) -> int:
-    """``max(1, ceil(log2 n))``: bits per flat index."""
-    return max(1, (n - 1).bit_length())
 
 
 def _sections(n: int, nnz: int, bits: int, layout: int) -> tuple[int, int]:
