@@ -19,7 +19,15 @@ clock-tick resolution, so only a mean over many steps says anything).  Every
 contestant's final ``params_sha256`` is printed: all equal (the same
 arithmetic), or the table says DIFFER.
 
+``--back-to-back K`` runs K steps per contestant's turn, one after the other with no barrier
+between them, as a training loop runs; the table then gives the ratios of the turn's first step
+(after the barrier) and of the steps after it apart.  A step after a barrier starts both ranks
+together, with nothing of the last step in flight; back to back, a rank starts its next step as
+soon as its own part of the last is done, so what a schedule overlaps across a step's boundary
+shows only there (the launcher-level benchmarks time steps back to back).
+
     python3 -m benchmarks.pipeline_interleaved [--model tiny-opt] [--steps 200] [--micro-batches 4]
+        [--back-to-back 1]
 """
 
 from __future__ import annotations
@@ -122,7 +130,7 @@ def pair_totals(threads: tuple[dict, dict], params: tuple[dict, dict]) -> tuple[
     return cpu, shas
 
 
-def _rank(rank: int, port: int, cfg, q) -> None:
+def _rank(rank: int, port: int, cfg, run: int, q) -> None:
     from algorithms.pipeline.local import batch
     from harness.comm.torchdist import TorchDistComm
 
@@ -131,40 +139,49 @@ def _rank(rank: int, port: int, cfg, q) -> None:
     dist.init_process_group("gloo", rank=rank, world_size=2)
     comm = TorchDistComm("gloo", timeout_s=120.0, metered=True)
     runs = _contestants(cfg, rank, comm)
-    wall = {n: [] for n in CONTESTANTS}
+    wall = {n: [[] for _ in range(run)] for n in CONTESTANTS}  # by place in the turn
     cpu = {n: [] for n in CONTESTANTS}
     ticks = {n: {"main": 0, "gloo": 0, "other": 0} for n in CONTESTANTS}
-    for step in range(cfg.steps):
-        ids, labels = batch(cfg, step, "cpu")
-        k = step % len(CONTESTANTS)
-        for name in CONTESTANTS[k:] + CONTESTANTS[:k]:  # the order rotates every step
+    for rnd in range(cfg.steps):
+        batches = [batch(cfg, rnd * run + j, "cpu") for j in range(run)]
+        k = rnd % len(CONTESTANTS)
+        for name in CONTESTANTS[k:] + CONTESTANTS[:k]:  # the order rotates every round
             stage, opt, fn = runs[name]
             comm.barrier()  # also waits for the engine's posted sends: none is left in flight
             t0 = thread_ticks()
-            w0, c0 = time.perf_counter(), time.process_time()
-            opt.zero_grad(set_to_none=True)
-            fn(ids, labels)
-            opt.step()
-            wall[name].append(time.perf_counter() - w0)
-            cpu[name].append(time.process_time() - c0)
-            if step >= WARMUP:
+            for j, (ids, labels) in enumerate(batches):  # back to back, as a training loop runs
+                w0, c0 = time.perf_counter(), time.process_time()
+                opt.zero_grad(set_to_none=True)
+                fn(ids, labels)
+                opt.step()
+                wall[name][j].append(time.perf_counter() - w0)
+                cpu[name].append(time.process_time() - c0)
+            if rnd >= WARMUP:
                 for kind, n in thread_ticks().items():
                     ticks[name][kind] += n - t0[kind]
     params = {n: stage_params(runs[n][0]) for n in CONTESTANTS}
-    q.put((rank, wall, cpu, params, seconds_per_step(ticks, cfg.steps - WARMUP)))
+    q.put((rank, wall, cpu, params, seconds_per_step(ticks, (cfg.steps - WARMUP) * run)))
     comm.close()  # also leaves the process group
 
 
-def measure(cfg) -> tuple[dict, dict, dict, dict]:
-    """Run the contestants interleaved on 2 spawned gloo ranks: per contestant, the step times
-    of the slower rank and the CPU times of both ranks (lists over the measured rounds), the
-    mean CPU per step by thread kind (both ranks), and the final ``params_sha256``."""
-    out = run_pair(_rank, cfg, timeout_s=3600)
-    # a step takes as long as its slower rank; CPU time is the sum of both ranks'
-    step = {n: [max(a, b) for a, b in zip(out[0][1][n], out[1][1][n], strict=True)][WARMUP:] for n in CONTESTANTS}
-    cpu = {n: [a + b for a, b in zip(out[0][2][n], out[1][2][n], strict=True)][WARMUP:] for n in CONTESTANTS}
+def measure(cfg, run: int = 1) -> tuple[dict, dict, dict, dict, dict]:
+    """Run the contestants interleaved on 2 spawned gloo ranks, each turn ``run`` steps back to
+    back after a barrier: per contestant, the step times of the slower rank (lists over the
+    measured rounds) of each turn's first step and of the ones after it (empty for ``run`` 1),
+    the CPU times of both ranks per step, the mean CPU per step by thread kind (both ranks), and
+    the final ``params_sha256``."""
+    out = run_pair(_rank, cfg, run, timeout_s=3600)
+
+    def slower(n: str, j: int) -> list[float]:  # a step takes as long as its slower rank
+        return [max(a, b) for a, b in zip(out[0][1][n][j], out[1][1][n][j], strict=True)][WARMUP:]
+
+    first = {n: slower(n, 0) for n in CONTESTANTS}
+    later = {n: [t for j in range(1, run) for t in slower(n, j)] for n in CONTESTANTS} if run > 1 else {}
+    # CPU time is the sum of both ranks'
+    cpu = {n: [a + b for a, b in zip(out[0][2][n], out[1][2][n], strict=True)][WARMUP * run:]
+           for n in CONTESTANTS}
     threads, shas = pair_totals((out[0][4], out[1][4]), (out[0][3], out[1][3]))
-    return step, cpu, threads, shas
+    return first, later, cpu, threads, shas
 
 
 def step_config(ap: argparse.ArgumentParser, steps: int, warmup: int):
@@ -185,24 +202,35 @@ def step_config(ap: argparse.ArgumentParser, steps: int, warmup: int):
 
 
 def main() -> None:
-    a, cfg = step_config(argparse.ArgumentParser(description=__doc__.splitlines()[0]), 200, WARMUP)
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--back-to-back", type=int, default=1, metavar="K",
+                    help="steps per contestant's turn, run back to back after its barrier (module docstring)")
+    a, cfg = step_config(ap, 200, WARMUP)
+    if a.back_to_back < 1:
+        ap.error("--back-to-back must be at least 1")
     print(f"torch {torch.__version__}  load average before: {os.getloadavg()}  cpus: {os.cpu_count()}")
     print(f"{a.model} batch {a.batch_size}x{a.seq_len}, {a.micro_batches} micro-batches, {a.steps} rounds "
-          f"({WARMUP} left out), gloo, 2 ranks, contestants interleaved per step")
-    step, cpu, threads, shas = measure(cfg)
+          f"({WARMUP} left out) of {a.back_to_back} step(s) per contestant, gloo, 2 ranks, "
+          "contestants interleaved per round")
+    first, later, cpu, threads, shas = measure(cfg, a.back_to_back)
     med = statistics.median
-    print("| contestant | median step | CPU per step (both ranks) | of it: main threads | gloo threads | other |")
-    print("|---|---|---|---|---|---|")
+    kinds = {"after a barrier": first, **({"back to back": later} if later else {})}
+    print("| contestant | " + " | ".join(f"median step, {k}" for k in kinds)
+          + " | CPU per step (both ranks) | of it: main threads | gloo threads | other |")
+    print("|---" * (len(kinds) + 5) + "|")
     for n in CONTESTANTS:
         th = threads[n]
-        print(f"| {n} | {1e3 * med(step[n]):.2f} ms | {1e3 * med(cpu[n]):.2f} ms | {1e3 * th['main']:.2f} ms "
+        print(f"| {n} | " + " | ".join(f"{1e3 * med(k[n]):.2f} ms" for k in kinds.values())
+              + f" | {1e3 * med(cpu[n]):.2f} ms | {1e3 * th['main']:.2f} ms "
               f"| {1e3 * th['gloo']:.2f} ms | {1e3 * th['other']:.2f} ms |")
-    print("| ratio (per round) | median | quartiles | CPU ratio |")
-    print("|---|---|---|---|")
+    print("| ratio (per round) | step | median | quartiles | CPU ratio |")
+    print("|---|---|---|---|---|")
     for a_, b_ in RATIOS:
-        r = sorted(x / y for x, y in zip(step[a_], step[b_], strict=True))
-        q1, _, q3 = statistics.quantiles(r, n=4)
-        print(f"| {a_} / {b_} | {med(r):.3f} | [{q1:.3f}, {q3:.3f}] | {med(cpu[a_]) / med(cpu[b_]):.3f} |")
+        for kind, step in kinds.items():
+            r = sorted(x / y for x, y in zip(step[a_], step[b_], strict=True))
+            q1, _, q3 = statistics.quantiles(r, n=4)
+            print(f"| {a_} / {b_} | {kind} | {med(r):.3f} | [{q1:.3f}, {q3:.3f}] "
+                  f"| {med(cpu[a_]) / med(cpu[b_]):.3f} |")
     same = len(set(shas.values())) == 1
     print(f"params_sha256 of every contestant: {next(iter(shas.values())) if same else shas} "
           f"({'equal' if same else 'DIFFER'})")
