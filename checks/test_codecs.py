@@ -1494,6 +1494,8 @@ def test_raw_bytes_shorter_than_asked_are_refused_not_read_past():
 
     with pytest.raises(CodecError, match="truncated body: 7 bytes, 8 needed"):
         from_raw_bytes(torch.zeros(7, dtype=torch.uint8), torch.float32, 2)
+    with pytest.raises(CodecError, match="truncated body: 2 bytes, 3 needed"):
+        from_raw_bytes(torch.zeros(3, dtype=torch.uint8), torch.bool, 3, offset=1)
     assert torch.equal(from_raw_bytes(torch.arange(8, dtype=torch.uint8), torch.int32, 2),
                        torch.tensor([0x03020100, 0x07060504], dtype=torch.int32))
 

@@ -534,15 +534,15 @@ def from_raw_bytes(b: torch.Tensor, dtype: torch.dtype, count: int, offset: int 
     """Inverse of :func:`raw_bytes` on ``b[offset:]`` (copies, so the result is aligned);
     ``shape``: the result's, when not 1-D (``count`` elements in all)."""
     shape = (count,) if shape is None else shape
+    size = dtype.itemsize
+    nbytes = count * size
+    if b.numel() - offset < nbytes:
+        raise CodecError(f"truncated body: {b.numel() - offset} bytes, {nbytes} needed")
     if dtype == torch.bool:
         v = b[offset : offset + count].clone()
         if bool((v > 1).any()):
             raise CodecError("corrupted body: bool value other than 0 or 1")
         return v.view(torch.bool).reshape(shape)
-    size = dtype.itemsize
-    nbytes = count * size
-    if b.numel() - offset < nbytes:
-        raise CodecError(f"truncated body: {b.numel() - offset} bytes, {nbytes} needed")
     if not LITTLE_ENDIAN and size > 1:  # pragma: no cover - big-endian hosts
         v = b[offset : offset + nbytes].clone().view(-1, size).flip(1).reshape(-1).contiguous()
         return v.view(dtype).reshape(shape)
