@@ -4,7 +4,11 @@ Two spawned gloo processes.  For each message size, every repeat times, in turn
 (interleaved), ``--rounds`` round trips of a uint8 tensor with bare
 ``dist.send`` / ``dist.recv`` and then with ``Comm.send`` / ``Comm.recv`` (framing,
 tag check, byte meter); rank 0 takes the median round trip of each and the
-table gives Comm / raw per repeat, median [min, max].  It also times how long
+table gives Comm / raw per repeat, median [min, max].  A third contestant makes
+the Comm's transport calls without its Python or copies ("as the Comm posts": a
+frame-sized ``isend`` left in flight as the Comm leaves it, a receive into a buffer
+of the size the Comm posts), so Comm / as posted is the cost of the Comm's own
+code, and as posted / raw that of its way of using gloo.  It also times how long
 rank 0 takes to *issue* a burst of 8 sends (``dist.isend`` against ``Comm.send``,
 which posts without waiting): the caller's cost of handing off messages.  CPU
 time per round trip is printed beside the wall time; the load average too: the
@@ -20,10 +24,14 @@ import os
 import socket
 import statistics
 import time
+from collections import deque
 
 import torch
 import torch.distributed as dist
 import torch.multiprocessing as mp
+
+from harness.comm.byte_meter import FRAME_HEADER_BYTES
+from harness.comm.torchdist import BODY_SLACK, FIRST_BUFFER_NBYTES, MAX_IN_FLIGHT_FRAMES
 
 BURST = 8
 
@@ -35,6 +43,23 @@ def _raw_round(t: torch.Tensor, buf: torch.Tensor, rank: int) -> None:
     else:
         dist.recv(buf, 0)
         dist.send(buf, 0)
+
+
+def _posted_round(frame: torch.Tensor, big: torch.Tensor, rank: int, pending: deque) -> None:
+    """The Comm's transport calls without its Python or copies: a frame-sized ``isend`` kept in
+    flight until ``MAX_IN_FLIGHT_FRAMES`` others are, and a receive into a buffer of the size
+    the Comm posts (its first buffer, or a large frame's own)."""
+    def post() -> None:
+        pending.append(dist.isend(frame, 1 - rank))
+        if len(pending) > MAX_IN_FLIGHT_FRAMES:
+            pending.popleft().wait()
+
+    if rank == 0:
+        post()
+        dist.recv(big, 1)
+    else:
+        dist.recv(big, 0)
+        post()
 
 
 def _comm_round(comm, t: torch.Tensor, rank: int) -> None:
@@ -67,12 +92,24 @@ def _rank(rank: int, port: int, sizes: list[int], rounds: int, repeats: int, q) 
     for size in sizes:
         t = torch.randint(0, 256, (size,), dtype=torch.uint8)
         buf = torch.empty_like(t)
-        for _ in range(3):  # warm both paths
+        frame = torch.randint(0, 256, (size + FRAME_HEADER_BYTES,), dtype=torch.uint8)
+        big = torch.empty(max(FIRST_BUFFER_NBYTES, size + FRAME_HEADER_BYTES + BODY_SLACK), dtype=torch.uint8)
+        pending: deque = deque()
+
+        def posted(frame=frame, big=big, pending=pending) -> None:
+            _posted_round(frame, big, rank, pending)
+
+        for _ in range(3):  # warm every path
             _raw_round(t, buf, rank)
+            posted()
             _comm_round(comm, t, rank)
         for _ in range(repeats):
             dist.barrier()
             raw = _timed(lambda t=t, buf=buf: _raw_round(t, buf, rank), rounds)
+            dist.barrier()
+            pat = _timed(posted, rounds)
+            while pending:
+                pending.popleft().wait()
             dist.barrier()
             com = _timed(lambda t=t: _comm_round(comm, t, rank), rounds)
             dist.barrier()
@@ -98,7 +135,7 @@ def _rank(rank: int, port: int, sizes: list[int], rounds: int, repeats: int, q) 
                     comm.recv(0, "burst")
                 com_burst = 0.0
             comm.barrier()
-            rows.append((size, raw, com, raw_burst, com_burst))
+            rows.append((size, raw, com, raw_burst, com_burst, pat))
     if rank == 0:
         q.put(rows)
     comm.close()  # also leaves the process group
@@ -124,18 +161,26 @@ def main() -> None:
     for p in procs:
         p.join()
     print(f"gloo, 2 processes, {a.rounds} round trips per repeat, {a.repeats} interleaved repeats")
-    print("| bytes | raw round trip | Comm round trip | Comm / raw | raw burst of 8 | Comm burst of 8 | Comm / raw |")
-    print("|---|---|---|---|---|---|---|")
+    print("| bytes | raw round trip | as the Comm posts | Comm round trip | posted / raw | Comm / raw "
+          "| Comm / as posted | raw burst of 8 | Comm burst of 8 | Comm / raw |")
+    print("|---|---|---|---|---|---|---|---|---|---|")
+    med = statistics.median
+
+    def spread(v: list[float]) -> str:
+        return f"{med(v):.2f} [{min(v):.2f}, {max(v):.2f}]"
+
+    def cell(times: list[tuple[float, float]]) -> str:
+        return f"{1e6 * med(w for w, _ in times):.0f} us (cpu {1e6 * med(c for _, c in times):.0f})"
+
     for size in sizes:
         mine = [r for r in rows if r[0] == size]
-        rt = [c[0] / r[0] for _, r, c, _, _ in mine]
-        bu = [cb / rb for *_, rb, cb in mine if rb > 0]
-        med = statistics.median
-        print(f"| {size:,} | {1e6 * med(r[0] for _, r, *_ in mine):.0f} us (cpu {1e6 * med(r[1] for _, r, *_ in mine):.0f}) "
-              f"| {1e6 * med(c[0] for _, _, c, *_ in mine):.0f} us (cpu {1e6 * med(c[1] for _, _, c, *_ in mine):.0f}) "
-              f"| {med(rt):.2f} [{min(rt):.2f}, {max(rt):.2f}] "
-              f"| {1e3 * med(r[3] for r in mine):.2f} ms | {1e3 * med(r[4] for r in mine):.2f} ms "
-              f"| {med(bu):.2f} [{min(bu):.2f}, {max(bu):.2f}] |")
+        raw, com, pat = [r[1] for r in mine], [r[2] for r in mine], [r[5] for r in mine]
+        bu = [r[4] / r[3] for r in mine if r[3] > 0]
+        print(f"| {size:,} | {cell(raw)} | {cell(pat)} | {cell(com)} "
+              f"| {spread([p[0] / r[0] for p, r in zip(pat, raw, strict=True)])} "
+              f"| {spread([c[0] / r[0] for c, r in zip(com, raw, strict=True)])} "
+              f"| {spread([c[0] / p[0] for c, p in zip(com, pat, strict=True)])} "
+              f"| {1e3 * med(r[3] for r in mine):.2f} ms | {1e3 * med(r[4] for r in mine):.2f} ms | {spread(bu)} |")
     print(f"load average after: {os.getloadavg()}")
 
 
