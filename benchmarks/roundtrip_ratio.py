@@ -20,6 +20,7 @@ machine may be shared, and only ratios of one run compare.
 from __future__ import annotations
 
 import argparse
+import functools
 import os
 import socket
 import statistics
@@ -95,10 +96,7 @@ def _rank(rank: int, port: int, sizes: list[int], rounds: int, repeats: int, q) 
         frame = torch.randint(0, 256, (size + FRAME_HEADER_BYTES,), dtype=torch.uint8)
         big = torch.empty(max(FIRST_BUFFER_NBYTES, size + FRAME_HEADER_BYTES + BODY_SLACK), dtype=torch.uint8)
         pending: deque = deque()
-
-        def posted(frame=frame, big=big, pending=pending) -> None:
-            _posted_round(frame, big, rank, pending)
-
+        posted = functools.partial(_posted_round, frame, big, rank, pending)
         for _ in range(3):  # warm every path
             _raw_round(t, buf, rank)
             posted()

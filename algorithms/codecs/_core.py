@@ -281,16 +281,6 @@ def _check_fixed(head: bytes) -> int:
     return head[3]
 
 
-def _check_length(n: int) -> None:
-    if n < FIXED_HEADER:
-        raise CodecError(f"truncated payload: {n} bytes, a header needs at least {FIXED_HEADER}")
-
-
-def peek_family(data: torch.Tensor) -> int:
-    _check_length(data.numel())
-    return _check_fixed(_host_bytes(data)[:FIXED_HEADER].tobytes())
-
-
 @functools.lru_cache(maxsize=MAX_NDIM + 1)
 def _shape_struct(ndim: int) -> struct.Struct:
     return struct.Struct(f"<{ndim}I")
@@ -304,7 +294,8 @@ def parse_header(data: torch.Tensor, expect_family: int | None = None,
     without it the count is bounded by the payload's length instead.
     """
     size = data.numel()
-    _check_length(size)
+    if size < FIXED_HEADER:
+        raise CodecError(f"truncated payload: {size} bytes, a header needs at least {FIXED_HEADER}")
     arr = _host_bytes(data)  # read once: this runs for every message a pipeline receives
     head = arr[:FIXED_HEADER].tobytes()
     family = _check_fixed(head)

@@ -15,7 +15,6 @@ from ._core import (
     Payload,
     as_payload_tensor,
     parse_header,
-    peek_family,
 )
 from .dense import DenseCodec
 from .ids import IdsCodec
@@ -138,12 +137,11 @@ def decode(p: Payload | torch.Tensor | bytes, max_numel: int | None = None) -> t
     refused before anything is allocated (see ``MAX_ELEMENTS_PER_BYTE`` for the fallback).
     """
     data = as_payload_tensor(p)
-    family = peek_family(data)
-    hdr = parse_header(data, expect_family=family, max_numel=max_numel)
-    cls = _FAMILY_CLASSES.get(family)
+    hdr = parse_header(data, max_numel=max_numel)  # any family; it names the decoder
+    cls = _FAMILY_CLASSES.get(hdr.family)
     if cls is None:
         raise CodecError(
-            f"no decoder registered for codec id {family} ({FAMILY_NAMES.get(family)})"
+            f"no decoder registered for codec id {hdr.family} ({FAMILY_NAMES.get(hdr.family)})"
         )
     return cls.decode_body(data, hdr)
 
