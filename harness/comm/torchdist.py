@@ -32,10 +32,11 @@ is posted with the size the protocol fixes plus slack bytes after it:
 Before each receive the bytes a message may leave untouched are set so that a
 message of another length is seen: the first buffer holds the Comm's random
 guard bytes (drawn per Comm, never sent, so a sender cannot predict them; none
-equals a byte of the end marker, and the magic's slot is zero), a body buffer's
+equals a byte of the end marker or zero, and the magic's slot is zero), a body buffer's
 end-marker slot is cleared and its slack guarded.  A short message leaves guard
 or zero where the magic or end marker belongs, a long one (by at most the
-slack) changes the guard after the expected end, and both are a CommError
+slack) changes the guard after the expected end (always when its extra bytes are
+zeros; otherwise but for a chance of 1 in 256 per extra byte), and both are a CommError
 naming the peer.  After a frame of ``end`` bytes passed every check, only those
 bytes get their guard back before the next receive (``_FirstBuffer.dirty``);
 after a failed check, the whole buffer.  A sender
@@ -182,11 +183,14 @@ class _SizeHistory:
 
 def _first_buffer_guard() -> np.ndarray:
     """Random bytes for the first buffer: none is a byte of the end marker (so no window of a
-    short message's tail reads as one), and the magic's slot is zero (a header one byte short
-    cannot be completed by the guard)."""
+    short message's tail reads as one), none is zero (a message longer than announced by zero
+    bytes, the likeliest padding, always changes the guard after its end; another extra byte
+    matches the guard by chance, 1 in 256 per byte), and the magic's slot is zero (a header one
+    byte short cannot be completed by the guard)."""
     g = np.frombuffer(bytearray(os.urandom(FIRST_BUFFER_NBYTES)), dtype=np.uint8)
     for b in FRAME_END:
         g[g == b] ^= 1
+    g[g == 0] = 1  # 1 is not a byte of the end marker
     g[FRAME_HEADER_NBYTES - len(FRAME_MAGIC): FRAME_HEADER_NBYTES] = 0
     return g
 
