@@ -1,9 +1,13 @@
 """Two spawned gloo ranks for a benchmark: each runs ``target(rank, port, *args, q)`` and puts
-one result on ``q``; the results come back sorted by what each put first (its rank)."""
+one result on ``q``; the results come back sorted by what each put first (its rank).  A rank
+that dies ends the benchmark at once with an error naming it (its traceback is on stderr), not
+after ``timeout_s``; the other rank, left waiting for it, is killed."""
 
 from __future__ import annotations
 
+import queue
 import socket
+import time
 
 import torch.multiprocessing as mp
 
@@ -17,11 +21,27 @@ def run_pair(target, *args, timeout_s: float = 600) -> list:
     procs = [ctx.Process(target=target, args=(r, port, *args, q)) for r in range(2)]
     for pr in procs:
         pr.start()
+    results: list = []
     try:
-        return sorted(q.get(timeout=timeout_s) for _ in procs)
+        deadline = time.monotonic() + timeout_s
+        while len(results) < len(procs):
+            try:
+                results.append(q.get(timeout=1.0))
+                continue
+            except queue.Empty:
+                pass
+            for r, pr in enumerate(procs):
+                if pr.exitcode not in (None, 0):
+                    raise RuntimeError(f"benchmark rank {r} died (exit code {pr.exitcode}); "
+                                       "its traceback is above")
+            if all(pr.exitcode is not None for pr in procs):
+                raise RuntimeError("the benchmark's ranks ended without their results")
+            if time.monotonic() > deadline:
+                raise TimeoutError(f"the benchmark's ranks gave no result within {timeout_s:g} s")
+        return sorted(results)
     finally:  # a rank that hangs after a failure must not outlive the benchmark
         for pr in procs:
-            pr.join(timeout=60)
+            pr.join(timeout=60 if len(results) == len(procs) else 0)
             if pr.is_alive():
                 pr.kill()
                 pr.join()

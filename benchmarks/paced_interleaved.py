@@ -13,6 +13,12 @@ seed):
 * ``shaped <rate>``: over a ``TorchDistComm`` whose pacer shapes the link at that rate
   (``--bandwidth``, the Comm's token buckets; the bucket holds what ``--net netns`` gives tbf).
 
+With ``--net netns`` (root) the kernel shapes instead: each rank enters its own network
+namespace (``harness.netns``: a veth per rank on a bridge), every contestant runs over one
+unpaced Comm across the veths, and before a contestant's turn each rank sets its egress's
+``tc tbf`` to that contestant's rate, or takes it off (``unshaped``, ``one micro-batch``: compute
+and transport over the unshaped veths).
+
 Per round, the shaped step is divided by two bounds taken from the same round:
 
 * ``max(compute, busier direction)``: 1.0 is a link busy the whole step or a compute that
@@ -23,14 +29,16 @@ Per round, the shaped step is divided by two bounds taken from the same round:
   both stages lies outside both transfers (``paced_pipeline``'s docstring derives it).
 
 A direction's time is ``(its wire bytes per step - burst) / rate``: the bytes are the shaped
-Comm's byte meter over a step (payload and framing, plus per-segment headers, ``wire_bytes``),
+Comm's byte meter over a step (payload and framing, plus per-segment headers, ``wire_bytes``;
+with ``--net netns`` the receiving veth's own byte counter over the step, median over the
+rounds: what crossed the link, TCP's acknowledgements and gloo's own messages included),
 less one bucket, which leaves at once after an idle spell (every shaped step here starts on a
 full bucket: the other contestants' steps are its idle spell).  The table gives each
 contestant's median step and CPU per step by thread (the pacer's sender thread is ``other``),
 and per ratio its median [quartiles] over the rounds.  Every contestant must end at the same
 ``params_sha256`` (pacing changes only time); the table says so.
 
-    python3 -m benchmarks.paced_interleaved [--rates 2mbit,10mbit,80mbit] [--steps 60]
+    python3 -m benchmarks.paced_interleaved [--rates 2mbit,10mbit,80mbit] [--steps 60] [--net netns]
 """
 
 from __future__ import annotations
@@ -51,39 +59,54 @@ from benchmarks.pipeline_interleaved import (
     step_config,
     thread_ticks,
 )
+from harness import netns
 
 WARMUP = 3  # rounds left out (first allocations, the size history of large frames)
 
 
-def _rank(rank: int, port: int, cfg, rates: dict[str, float], q) -> None:
+def _rank(rank: int, port: int, cfg, rates: dict[str, float], net: dict | None, q) -> None:
     from algorithms.pipeline.engine import LinkCodecs, pipeline_step
     from algorithms.pipeline.local import batch
     from algorithms.pipeline.sgd import _optimizer, _wire_codec
     from harness.comm.byte_meter import FRAME_HEADER_BYTES
     from harness.comm.pacer import wire_bytes
     from harness.models import build_stage
+    from harness.netns import enter, shape
+    from harness.rank_meters import interface_bytes
 
-    os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
+    if net is None:
+        os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
+    else:  # before any socket: gloo's threads, started below, are in the namespace too
+        enter(net["ns"][rank])
+        ifname = net["ifname"][rank]
+        os.environ.update(MASTER_ADDR=net["master"], MASTER_PORT=str(port), GLOO_SOCKET_IFNAME=ifname)
     torch.set_num_threads(cfg.threads_per_rank or 1)
     dist.init_process_group("gloo", rank=rank, world_size=2)
     from harness.comm.torchdist import TorchDistComm
 
     plain = TorchDistComm("gloo", timeout_s=120.0)
-    comms = {"unshaped": plain, "one micro-batch": plain}
-    comms.update({f"shaped {r}": TorchDistComm("gloo", timeout_s=120.0, bandwidth_bps=bps)
-                  for r, bps in rates.items()})
+    names = ["unshaped", "one micro-batch", *(f"shaped {r}" for r in rates)]
+    if net is None:
+        comms = {"unshaped": plain, "one micro-batch": plain}
+        comms.update({f"shaped {r}": TorchDistComm("gloo", timeout_s=120.0, bandwidth_bps=bps)
+                      for r, bps in rates.items()})
+    else:  # the kernel shapes: one unpaced Comm, and each contestant's rate on the egress
+        comms = dict.fromkeys(names, plain)
+    egress = {n: None for n in names} | {f"shaped {r}": bps for r, bps in rates.items()}
+    shaped_now = None
     p, M = cfg.params, cfg.micro_batches
     wire = _wire_codec(cfg.torch_dtype)
     codecs = LinkCodecs(forward=wire, backward=wire)
     runs = {}
-    for name in comms:
+    for name in names:
         stage = build_stage(cfg.model, seed=cfg.seed, num_stages=2, stage_index=rank, cut=p.cut,
                             dtype=cfg.torch_dtype)
         runs[name] = (stage, _optimizer(stage.parameters(), p))
-    names = list(comms)
     wall = {n: [] for n in names}
     ticks = {n: {"main": 0, "gloo": 0, "other": 0} for n in names}
-    sent_wire = {}  # shaped contestant -> this rank's wire bytes per step (its uplink)
+    # shaped contestant -> wire bytes per step of one direction: with the pacer this rank's uplink
+    # (the meter's bytes as the pacer counts them), under netns its downlink (its veth's counter)
+    link_wire = {n: [] for n in names if n.startswith("shaped")}
     for step in range(cfg.steps):
         ids, labels = batch(cfg, step, "cpu")
         k = step % len(names)
@@ -93,7 +116,12 @@ def _rank(rank: int, port: int, cfg, rates: dict[str, float], q) -> None:
             one = name == "one micro-batch"
             x, y, m = (ids[: len(ids) // M], labels[: len(ids) // M], 1) if one else (ids, labels, M)
             comm.barrier()  # no send of another contestant left in flight
+            if net is not None and egress[name] != shaped_now:
+                shaped_now = egress[name]
+                shape(ifname, shaped_now)
+                comm.barrier()  # both ends shaped before the step
             before = comm.meter.snapshot()
+            rx0 = interface_bytes(ifname)[1] if net is not None else 0
             t0 = thread_ticks()
             w0 = time.perf_counter()
             opt.zero_grad(set_to_none=True)
@@ -103,26 +131,37 @@ def _rank(rank: int, port: int, cfg, rates: dict[str, float], q) -> None:
             if step >= WARMUP:
                 for kind, n in thread_ticks().items():
                     ticks[name][kind] += n - t0[kind]
-            if name.startswith("shaped") and name not in sent_wire:
+            if name not in link_wire or step < WARMUP:
+                continue
+            if net is not None:  # a rank's step ends once its last message arrived
+                link_wire[name].append(interface_bytes(ifname)[1] - rx0)
+            elif not link_wire[name]:  # the meter's count is the same every step
                 window = comm.meter.snapshot() - before
-                sent_wire[name] = sum(
+                link_wire[name].append(sum(
                     messages * wire_bytes(window.bytes[flow] // messages, FRAME_HEADER_BYTES)
                     for flow, messages in window.messages.items()
-                    if flow.direction == "sent" and messages)
+                    if flow.direction == "sent" and messages))
+    if net is not None and shaped_now is not None:
+        shape(ifname, None)
+    sent_wire = {n: statistics.median(w) for n, w in link_wire.items()}
     params = {n: stage_params(runs[n][0]) for n in names if n != "one micro-batch"}  # its steps train on other rows
     q.put((rank, wall, sent_wire, params, seconds_per_step(ticks, cfg.steps - WARMUP)))
     for comm in {id(c): c for c in comms.values()}.values():
         comm.close()  # the last one also leaves the process group
 
 
-def measure(cfg, rates: dict[str, float]):
+def measure(cfg, rates: dict[str, float], net: dict | None = None):
     """Per contestant the step times of the slower rank over the measured rounds, per shaped
     contestant each direction's wire bytes per step, the CPU per step by thread kind (both
-    ranks), and the final ``params_sha256`` of each contestant that trains on the whole batch."""
-    out = run_pair(_rank, cfg, rates, timeout_s=3600)  # in rank order
+    ranks), and the final ``params_sha256`` of each contestant that trains on the whole batch.
+    ``net``: the ranks' namespaces, interfaces and rendezvous address (``--net netns``), or None
+    for the pacer."""
+    out = run_pair(_rank, cfg, rates, net, timeout_s=3600)  # in rank order
     names = list(out[0][1])
     step = {n: [max(a, b) for a, b in zip(out[0][1][n], out[1][1][n], strict=True)][WARMUP:] for n in names}
-    wire = {n: (out[0][2][n], out[1][2][n]) for n in out[0][2]}  # (forward, backward) direction
+    # (forward, backward) direction: a rank's uplink under the pacer, its downlink under netns
+    first, second = (out[0][2], out[1][2]) if net is None else (out[1][2], out[0][2])
+    wire = {n: (first[n], second[n]) for n in first}
     threads, shas = pair_totals((out[0][4], out[1][4]), (out[0][3], out[1][3]))
     return step, wire, threads, shas
 
@@ -133,12 +172,23 @@ def main() -> None:
 
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--rates", default="2mbit,10mbit,80mbit")
+    ap.add_argument("--net", choices=("pacer", "netns"), default="pacer",
+                    help="who shapes the link: the Comm's pacer, or tc tbf on veths in namespaces (root)")
     a, cfg = step_config(ap, 60, WARMUP)
     rates = {r: parse_rate(r) for r in a.rates.split(",")}
+    if a.net == "netns" and (why := netns.unavailable_reason()):
+        ap.error(why)
     print(f"torch {torch.__version__}  load average before: {os.getloadavg()}  cpus: {os.cpu_count()}")
     print(f"{a.model} batch {a.batch_size}x{a.seq_len}, {a.micro_batches} micro-batches, GPipe, {a.steps} rounds "
-          f"({WARMUP} left out), gloo, 2 ranks, contestants interleaved per step")
-    step, wire, threads, shas = measure(cfg, rates)
+          f"({WARMUP} left out), gloo, 2 ranks, contestants interleaved per step, shaped by "
+          + ("the pacer" if a.net == "pacer" else "tc tbf on veths in network namespaces"))
+    if a.net == "pacer":
+        step, wire, threads, shas = measure(cfg, rates)
+    else:
+        with netns.NetnsTopology(2) as topo:  # removed on the way out, also after an error
+            net = {"ns": [topo.ns(r) for r in range(2)], "ifname": [topo.ifname(r) for r in range(2)],
+                   "master": topo.addr(0)}
+            step, wire, threads, shas = measure(cfg, rates, net)
     med = statistics.median
     print("| contestant | median step | CPU per step (both ranks): main threads | gloo threads | other |")
     print("|---|---|---|---|---|")

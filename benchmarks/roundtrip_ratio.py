@@ -22,15 +22,14 @@ from __future__ import annotations
 import argparse
 import functools
 import os
-import socket
 import statistics
 import time
 from collections import deque
 
 import torch
 import torch.distributed as dist
-import torch.multiprocessing as mp
 
+from benchmarks.gloo_pair import run_pair
 from harness.comm.byte_meter import FRAME_HEADER_BYTES
 from harness.comm.torchdist import BODY_SLACK, FIRST_BUFFER_NBYTES, MAX_IN_FLIGHT_FRAMES
 
@@ -134,8 +133,7 @@ def _rank(rank: int, port: int, sizes: list[int], rounds: int, repeats: int, q) 
                 com_burst = 0.0
             comm.barrier()
             rows.append((size, raw, com, raw_burst, com_burst, pat))
-    if rank == 0:
-        q.put(rows)
+    q.put((rank, rows if rank == 0 else None))
     comm.close()  # also leaves the process group
 
 
@@ -147,17 +145,7 @@ def main() -> None:
     a = ap.parse_args()
     sizes = [int(s) for s in a.sizes.split(",")]
     print(f"load average before: {os.getloadavg()}  cpus: {os.cpu_count()}  torch {torch.__version__}")
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
-    ctx = mp.get_context("spawn")
-    q = ctx.Queue()
-    procs = [ctx.Process(target=_rank, args=(r, port, sizes, a.rounds, a.repeats, q)) for r in range(2)]
-    for p in procs:
-        p.start()
-    rows = q.get(timeout=1200)
-    for p in procs:
-        p.join()
+    rows = run_pair(_rank, sizes, a.rounds, a.repeats, timeout_s=3600)[0][1]
     print(f"gloo, 2 processes, {a.rounds} round trips per repeat, {a.repeats} interleaved repeats")
     print("| bytes | raw round trip | as the Comm posts | Comm round trip | posted / raw | Comm / raw "
           "| Comm / as posted | raw burst of 8 | Comm burst of 8 | Comm / raw |")

@@ -1,14 +1,17 @@
 """Shaped runs in network namespaces: the kernel's byte count agrees with the
-payload count, and nothing is left behind.  Needs root, ip and tc."""
+payload count, the step-by-step benchmark shapes and counts over them, and
+nothing is left behind.  Needs root, ip and tc."""
 
 from __future__ import annotations
 
 import os
+import subprocess
 
 import pytest
 
+from harness.comm.pacer import tbf_burst_bytes
 from harness.launcher import RankFailed, run
-from harness.netns import leftover_namespaces, unavailable_reason
+from harness.netns import NetnsTopology, leftover_namespaces, shape, unavailable_reason
 from harness.registry import make_config
 
 pytestmark = [pytest.mark.netns, pytest.mark.gloo,
@@ -40,3 +43,48 @@ def test_namespaces_are_removed_after_a_failure():
     with pytest.raises(RankFailed, match="rank 1"):
         run(cfg)
     assert _ours() == []
+
+
+def _qdisc(topo: NetnsTopology, rank: int) -> str:
+    return subprocess.run(["ip", "netns", "exec", topo.ns(rank), "tc", "qdisc", "show", "dev",
+                           topo.ifname(rank)], capture_output=True, text=True, check=True).stdout
+
+
+def test_shape_puts_tbf_with_the_pacers_bucket_on_an_egress_and_takes_it_off():
+    with NetnsTopology(2) as topo:
+        assert "tbf" not in _qdisc(topo, 0)
+        shape(topo.ifname(0), 10e6, ns=topo.ns(0))
+        shown = _qdisc(topo, 0)
+        assert "tbf" in shown and "rate 10Mbit" in shown, shown
+        assert f"burst {tbf_burst_bytes(10e6)}b" in shown, shown  # 6000 bytes: 4 MTUs, above one tick (5000)
+        assert "tbf" not in _qdisc(topo, 1)  # the other rank's egress is its own
+        shape(topo.ifname(0), None, ns=topo.ns(0))
+        assert "tbf" not in _qdisc(topo, 0)
+        shape(topo.ifname(0), None, ns=topo.ns(0))  # nothing to take off is not an error
+    assert _ours() == []
+
+
+def test_the_benchmark_over_namespaces_counts_a_steps_bytes_on_the_veths_and_ends_where_the_engine_does():
+    """``paced_interleaved --net netns``: its ranks enter their namespaces, the kernel shapes, and
+    a direction's bytes are the receiving veth's counter over a step.  Those must cover the
+    step's frames as TCP carries them (the closed form over the launcher run's payload per
+    message) plus no more than what TCP's acknowledgements and gloo's rendezvous messages add;
+    every contestant on the whole batch ends where a launcher run of the engine does."""
+    from benchmarks.paced_interleaved import WARMUP, measure
+    from benchmarks.pipelining_ratio import engine_config
+
+    kw = dict(steps=WARMUP + 2, seq_len=16, batch_size=8, micro_batches=4, seed=3)
+    with NetnsTopology(2) as topo:
+        net = {"ns": [topo.ns(r) for r in range(2)], "ifname": [topo.ifname(r) for r in range(2)],
+               "master": topo.addr(0)}
+        step, wire, threads, shas = measure(engine_config("gpipe", **kw), {"80mbit": 80e6}, net)
+    assert _ours() == []
+    rec = run(engine_config("gpipe", **kw))
+    assert shas.keys() == {"unshaped", "shaped 80mbit"}
+    assert set(shas.values()) == {rec.metrics["params_sha256"].value}
+    per_message = rec.metrics["payload_bytes_per_step"].value / 8  # 4 micro-batches, each way
+    data = int(per_message) + 16  # payload and framing, in full segments of 1448 data bytes
+    frames = 4 * (data + 66 * -(-data // 1448))
+    for direction in wire["shaped 80mbit"]:
+        assert frames <= direction <= 1.25 * frames, (direction, frames)
+    assert all(len(s) == 2 for s in step.values()) and threads.keys() == step.keys()

@@ -13,12 +13,14 @@ launcher left is found and removed later (:mod:`harness.leftovers`).
 
 from __future__ import annotations
 
+import ctypes
 import os
 import re
 import shutil
 import subprocess
 import uuid
 
+from .comm.pacer import tbf_burst_bytes
 from .config import parse_rate
 
 SUBNET = "10.231.0"
@@ -48,6 +50,40 @@ def _sh(*cmd: str, check: bool = True) -> subprocess.CompletedProcess:
     return p
 
 
+def shape(dev: str, rate_bps: float | None, mtu: int = 1500, ns: str | None = None) -> None:
+    """Shape the egress of ``dev`` (in namespace ``ns``, else the caller's) with ``tc tbf`` at
+    ``rate_bps``, or take its shaping off (None).
+
+    The bucket holds one timer tick's worth (HZ = 250 here) and a few MTUs, but no more
+    (``pacer.tbf_burst_bytes``, which the pacer's bucket copies): a large bucket lets a whole
+    step's messages through at full speed and the link would not look shaped.  The queue bound
+    (latency) is generous so TCP is paced, not dropped."""
+    prefix = ["ip", "netns", "exec", ns] if ns else []
+    if rate_bps is None:
+        # a veth starts with no root qdisc; deleting one it does not have is not an error here
+        _sh(*prefix, "tc", "qdisc", "del", "dev", dev, "root", check=False)
+        return
+    _sh(*prefix, "tc", "qdisc", "replace", "dev", dev, "root", "tbf", "rate", f"{int(rate_bps)}bit",
+        "burst", str(tbf_burst_bytes(rate_bps, mtu)), "latency", "200ms")
+
+
+_CLONE_NEWNET = 0x40000000
+
+
+def enter(ns: str) -> None:
+    """Move the calling thread into namespace ``ns`` (root only); the threads and processes it
+    starts after are there too.  For a process that starts its sockets after this (a benchmark's
+    spawned rank; the launcher's ranks start under ``ip netns exec`` instead).  Its ``/sys`` still
+    shows the namespace it came from: ``rank_meters.interface_bytes`` reads ``/proc``."""
+    libc = ctypes.CDLL(None, use_errno=True)
+    fd = os.open(f"/var/run/netns/{ns}", os.O_RDONLY | os.O_CLOEXEC)
+    try:
+        if libc.setns(fd, _CLONE_NEWNET) != 0:
+            raise NetnsError(f"cannot enter network namespace {ns}: {os.strerror(ctypes.get_errno())}")
+    finally:
+        os.close(fd)
+
+
 class NetnsTopology:
     """Context manager creating (and always removing) a star of rank namespaces."""
 
@@ -75,14 +111,7 @@ class NetnsTopology:
         return ["ip", "netns", "exec", self.ns(rank)]
 
     def _tbf(self, ns: str, dev: str) -> None:
-        rate = int(self.rate_bps)
-        # The bucket must hold one timer tick's worth (HZ = 250 here) and a few
-        # MTUs, but no more: a large bucket lets a whole step's messages through
-        # at full speed and the link would not look shaped.  The queue bound
-        # (latency) is generous so TCP is paced, not dropped.
-        burst = max(rate // 8 // 250, 4 * self.mtu)
-        _sh("ip", "netns", "exec", ns, "tc", "qdisc", "replace", "dev", dev, "root", "tbf",
-            "rate", f"{rate}bit", "burst", str(burst), "latency", "200ms")
+        shape(dev, self.rate_bps, self.mtu, ns=ns)
 
     def _quiet(self, ns: str) -> None:
         # No IPv6 chatter (router/neighbour discovery) on the counted links.

@@ -160,13 +160,18 @@ class TensorMemoryMeter(TorchDispatchMode):
 
 
 def interface_bytes(ifname: str) -> tuple[int, int]:
-    """(tx_bytes, rx_bytes) of a network interface of this process's namespace (wire bytes)."""
-    base = f"/sys/class/net/{ifname}/statistics"
-    with open(f"{base}/tx_bytes") as f:
-        tx = int(f.read())
-    with open(f"{base}/rx_bytes") as f:
-        rx = int(f.read())
-    return tx, rx
+    """(tx_bytes, rx_bytes) of a network interface of this process's namespace (wire bytes).
+
+    Read from ``/proc/self/net/dev``, which follows the namespace the process is in; ``/sys``
+    shows the namespace its sysfs was mounted in, another one for a process that entered a
+    namespace itself (``harness.netns.enter``)."""
+    with open("/proc/self/net/dev") as f:
+        for line in f:
+            name, colon, counters = line.partition(":")
+            if colon and name.strip() == ifname:
+                fields = counters.split()  # 8 receive counters, then 8 transmit ones
+                return int(fields[8]), int(fields[0])
+    raise OSError(f"no network interface {ifname!r} in this process's namespace")
 
 
 @dataclass
