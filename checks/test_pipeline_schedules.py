@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import pytest
 
-from algorithms.pipeline.engine import schedule_ops
+from algorithms.pipeline.engine import POSTS_AHEAD, schedule_ops
 from algorithms.pipeline.params import SCHEDULES, SGDParams
 from harness.comm.threads import ThreadsComm
 from harness.launcher import run
@@ -113,3 +113,8 @@ def test_a_schedule_is_validated_with_the_parameters():
         make_config("clapping-fc", world_size=2, params={"schedule": "1F1B"}, **COMMON)
     with pytest.raises(ValueError, match="schedule must be one of"):
         make_config("protocol", world_size=2, params={"schedule": ""}, **COMMON)
+
+
+def test_every_schedule_says_whether_it_posts_receives_ahead():
+    assert POSTS_AHEAD.keys() == set(SCHEDULES)
+    assert POSTS_AHEAD["gpipe"]  # the overlap the engine's GPipe is measured with

@@ -11,9 +11,13 @@ carries the same messages in the same order.
 In GPipe, while a stage computes micro-batch i it has already posted the
 receive of i + 1's first messages (``Comm.irecv``; forward: activations from
 r-1, backward: gradients from r+1), so their transfer overlaps the compute.
-1F1B posts none ahead: on gloo, receives posted ahead made its step 1.17-1.20x
-``Schedule1F1B``'s against 1.10x without, the extra CPU in gloo's own threads
-(``benchmarks/results/interleaved/``; not explained).  The
+1F1B posts none ahead: on gloo, receives posted ahead made its step 1.17-1.24x
+``Schedule1F1B``'s against 1.03-1.10x without, the extra CPU in gloo's own threads,
+whose event loop then spins: 1.13M ``epoll_wait`` calls in 3 s against 4.4k reads,
+137k without (2 cores; ``benchmarks/results/paced-netns/``).  That fits gloo's loop
+skipping a ready socket while the rank's main thread holds the pair's lock to send,
+which a 1F1B stage does while its next input arrives (a GPipe stage receives, then
+sends).  The
 channels take the posted receives in order (``Comm.recv`` takes a peer's
 oldest posted receive first), so they do not change.  Each boundary tensor
 crosses its link through a :class:`~.links.Channel`: forward under tag
@@ -87,6 +91,11 @@ class Arrival:
     tokens: torch.Tensor | None = None  # the micro-batch's token ids, where the boundary carries them
 
 
+#: Whether a schedule posts the receive of micro-batch i + 1 while it computes i (module
+#: docstring: on gloo, 1F1B is faster without).  Data, so a benchmark can time the other choice.
+POSTS_AHEAD = {"gpipe": True, "1f1b": False}
+
+
 def schedule_ops(schedule: str, rank: int, world: int, micro_batches: int) -> Iterator[tuple[str, int]]:
     """The stage's ops in order: ``("F", mb)`` forward, ``("B", mb)`` backward (``schedule`` one
     of :data:`.params.SCHEDULES`, validated with the run's parameters)."""
@@ -136,7 +145,7 @@ def run_step(comm, stage: Stage, input_ids: torch.Tensor, labels: torch.Tensor,
     def post_ahead(mb: int, src: int, tag: str, count: int) -> None:
         # no more than the micro-batch surely takes: a receive posted for a message that is
         # not sent would take the next step's (the channels take posted receives in order)
-        if mb < micro_batches and schedule == "gpipe":
+        if mb < micro_batches and POSTS_AHEAD[schedule]:
             for _ in range(count):
                 comm.irecv(src, tag)
 
