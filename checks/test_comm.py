@@ -431,3 +431,27 @@ def test_a_broadcast_is_metered_as_sent_to_the_peers_as_a_whole():
     assert keys[2] == {(2, -1, "sent", "broadcast")}
     assert keys[0] == {(2, 0, "received", "broadcast")}
     assert keys[1] == {(2, 1, "received", "broadcast")}
+
+
+def _sends_to_a_peer_that_left(comm):
+    comm.barrier()
+    if comm.rank == 1:
+        return []  # its Comm closes and its process ends
+    errors, payload = [], torch.zeros(16, dtype=torch.uint8)
+    deadline = time.monotonic() + 30
+    while len(errors) < 2 and time.monotonic() < deadline:  # until the transport sees it gone
+        try:
+            comm.send(payload, 1, "x")
+        except Exception as e:  # noqa: BLE001 - what is raised is what is checked
+            errors.append(f"{type(e).__name__}: {e}")
+    return errors
+
+
+def test_a_send_to_a_peer_that_left_is_a_comm_error_naming_it_at_posting_and_at_waiting():
+    """Sends are posted and waited on later: the first send after the peer's process ended fails
+    at a wait or at its posting, and every later one at its posting (the transport's pair holds
+    the error).  Both must be a CommError naming the peer, not the backend's own exception."""
+    errors = run_gloo(2, _sends_to_a_peer_that_left, timeout_s=60)[0]
+    assert len(errors) == 2, errors
+    for e in errors:
+        assert e.startswith("CommError: rank 0: send to rank 1 failed"), e

@@ -154,7 +154,7 @@ class _Posted:
     works: list
     bufs: list[torch.Tensor]
     frame: torch.Tensor  # on the host
-    what: str
+    dst: int
     nbytes: int
 
 
@@ -210,14 +210,23 @@ class _FirstBuffer:
 
     def read(self, lo: int, hi: int) -> bytes:
         """Bytes ``lo:hi``, copied to the host."""
-        return self.host[lo:hi].tobytes() if self.host is not None else self.tensor[lo:hi].cpu().numpy().tobytes()
+        return ctypes.string_at(self.addr + lo, hi - lo) if self.host is not None else \
+            self.tensor[lo:hi].cpu().numpy().tobytes()
 
     def write(self, lo: int, data: np.ndarray) -> None:
-        """Host bytes ``data`` into the buffer from ``lo``."""
+        """Host bytes ``data`` (contiguous) into the buffer from ``lo``."""
         if self.host is not None:
-            np.copyto(self.host[lo: lo + data.size], data)
+            ctypes.memmove(self.addr + lo, data.ctypes.data, data.size)
         else:
             self.tensor[lo: lo + data.size].copy_(torch.from_numpy(np.ascontiguousarray(data)))
+
+    def restore(self, guard: np.ndarray, guard_addr: int, n: int) -> None:
+        """The first ``n`` bytes of ``guard`` (whose host address is ``guard_addr``) back into the
+        buffer's first ``n`` bytes: per message, so by address, not through a numpy view."""
+        if self.host is not None:
+            ctypes.memmove(self.addr, guard_addr, n)
+        else:
+            self.write(0, guard[:n])
 
     def take(self, lo: int, n: int) -> torch.Tensor:
         """A new host tensor holding bytes ``lo:lo + n``: the one copy a receive into the reused
@@ -231,9 +240,16 @@ class _FirstBuffer:
         return out
 
 
+def _backend_error(rank: int, what: str, e: Exception) -> CommError:
+    """The backend's error (a closed peer, say) as a CommError naming this rank and ``what``."""
+    first = str(e).splitlines()[0] if str(e) else type(e).__name__
+    return CommError(f"rank {rank}: {what} failed: {first}")
+
+
 class _BackendErrors:
-    """``with`` around transport calls: the backend's errors (closed peer, timeout) become a
-    CommError naming this rank and ``what`` (a plain object: entered on every message)."""
+    """``with`` around a collective's transport calls: the backend's errors become
+    :func:`_backend_error`.  (Per message, the Comm catches them with ``try``: no calls when
+    nothing fails.)"""
 
     def __init__(self, rank: int, what: str):
         self.rank, self.what = rank, what
@@ -244,8 +260,7 @@ class _BackendErrors:
     def __exit__(self, kind, e, tb) -> bool:
         if e is None or isinstance(e, CommError) or not isinstance(e, Exception):
             return False
-        first = str(e).splitlines()[0] if str(e) else type(e).__name__
-        raise CommError(f"rank {self.rank}: {self.what} failed: {first}") from e
+        raise _backend_error(self.rank, self.what, e) from e
 
 
 class _PostedFrame:
@@ -316,6 +331,7 @@ class TorchDistComm(Comm):
         # the guard bytes written before every receive (module docstring): random, never sent
         self._first_guard = _first_buffer_guard()  # on the host: copied into a device's buffer
         self._first_guard_bytes = self._first_guard.tobytes()  # compared as bytes: cheaper than numpy
+        self._first_guard_addr = self._first_guard.ctypes.data  # copied from by address
         self._slack_guard = self._first_guard[-_CHECKED:].copy()
         # a frame's first message's receive buffer, reused (allocated here, before any meter
         # starts); posted receives have one per peer (_PostedFrame), made at a peer's first
@@ -344,11 +360,13 @@ class TorchDistComm(Comm):
         return guard
 
     def _wait(self, work, what: str) -> None:
+        """Wait for ``work``, bounded by the timeout (CommTimeout); the backend's errors become
+        CommError naming ``what``."""
         try:
             ok = work.wait(self._timeout)
         except Exception as e:
             if "timed out" not in str(e).lower():
-                raise
+                raise _backend_error(self.rank, what, e) from e
             ok = False
         if ok is False:
             raise CommTimeout(f"rank {self.rank}: {what} timed out after {self.timeout_s:g} s")
@@ -377,11 +395,12 @@ class TorchDistComm(Comm):
         whole = n <= INLINE_MAX_PAYLOAD or n == self._sizes_out.expected(dst, taghash)
         self._sizes_out.record(dst, taghash, n)
         bufs = [frame] if whole else [frame[:FRAME_HEADER_NBYTES], frame[FRAME_HEADER_NBYTES:]]
-        what = f"send to rank {dst}"
-        with self._guard(what):
+        try:
             works = [self._pg.send([b], dst, 0) for b in bufs]
+        except Exception as e:
+            raise _backend_error(self.rank, f"send to rank {dst}", e) from e
         nbytes = frame.numel()  # the messages split the frame
-        self._sends.append(_Posted(works, bufs, host_frame, what, nbytes))
+        self._sends.append(_Posted(works, bufs, host_frame, dst, nbytes))
         self._sends_bytes += nbytes
         _POSTING.add(self)
         while len(self._sends) > 1 and (self._sends_bytes > self.max_in_flight_bytes
@@ -400,9 +419,8 @@ class TorchDistComm(Comm):
         self._sends_bytes -= posted.nbytes
         if not self._sends:
             _POSTING.discard(self)
-        with self._guard(posted.what):
-            for w in posted.works:
-                self._wait(w, posted.what)
+        for w in posted.works:
+            self._wait(w, f"send to rank {posted.dst}")
         if posted.frame.numel() > FIRST_BUFFER_NBYTES:  # the transport is done with it
             self._spare_frames.append(posted.frame)
             del self._spare_frames[:-SPARE_FRAMES]
@@ -425,14 +443,18 @@ class TorchDistComm(Comm):
 
     def _post_message(self, buf: torch.Tensor, src: int | None, what: str):
         """Post the receive of one transport message into ``buf``; returns its work."""
-        with self._guard(what):
+        try:
             return self._pg.recv([buf], src, 0) if src is not None else self._pg.recv_anysource([buf], 0)
+        except Exception as e:
+            raise _backend_error(self.rank, what, e) from e
 
     def _wait_message(self, work, src: int | None, what: str) -> int:
         """Wait for a posted message (bounded by the timeout); returns its source."""
+        self._wait(work, what)
+        if src is not None:
+            return src
         with self._guard(what):
-            self._wait(work, what)
-            return int(work._source_rank()) if src is None else src
+            return int(work._source_rank())
 
     def _recv_message(self, buf: torch.Tensor, src: int | None, what: str) -> int:
         """Receive one transport message into ``buf``; returns its source."""
@@ -489,7 +511,7 @@ class TorchDistComm(Comm):
             # message writes its own length and no more): after a checked frame its ``end``, else all.
             hbuf = self._hbuf if hbuf is None else hbuf
             dirty, hbuf.dirty = hbuf.dirty, FIRST_BUFFER_NBYTES
-            hbuf.write(0, self._first_guard[:dirty])
+            hbuf.restore(self._first_guard, self._first_guard_addr, dirty)
         return hbuf, expected, self._post_message(hbuf.tensor, src, what)
 
     def _check_first(self, src: int | None, taghash: int, what: str, posted) -> tuple[int, int, torch.Tensor | None]:
