@@ -1,0 +1,36 @@
+"""The before/after and profiling helpers among the benchmarks run end to end (their timings are
+benchmarks, not checked here)."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+
+import pytest
+
+pytestmark = pytest.mark.gloo
+
+
+def _run(*args: str) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", *args], capture_output=True, text=True, timeout=600,
+                          env=dict(os.environ, OMP_NUM_THREADS="1"))
+
+
+def test_comm_before_after_times_both_comms_and_raw_gloo():
+    # this tree's own backend as the "other commit": the two Comms are the same code
+    p = _run("benchmarks.comm_before_after", "harness/comm/torchdist.py", "--sizes", "1024", "--rounds", "4")
+    assert p.returncode == 0, p.stderr
+    row = next(line for line in p.stdout.splitlines() if line.startswith("| 1,024 |"))
+    assert len(row.split("|")) == 9 and row.count(" us") == 3, row
+
+
+def test_comm_before_after_refuses_a_missing_file():
+    p = _run("benchmarks.comm_before_after", "no-such-torchdist.py")
+    assert p.returncode == 2 and "no such file" in p.stderr
+
+
+def test_pipeline_loop_runs_a_contestant_and_names_its_gloo_threads():
+    p = _run("benchmarks.pipeline_loop", "engine[1f1b]", "--steps", "12", "--post-ahead")
+    assert p.returncode == 0, p.stderr
+    assert sum("gloo threads" in line for line in p.stderr.splitlines()) == 2, p.stderr
