@@ -1,10 +1,9 @@
 """The gloo Comm of this tree against another commit's, per round trip, in one pair of processes.
 
-Take the other commit's backend module first (it imports only ``harness.comm``'s other modules,
-which must be unchanged between the two commits: the benchmark says nothing otherwise)::
+Extract the other commit's Comm package first (it imports only itself)::
 
-    git show BASE:harness/comm/torchdist.py > old_torchdist.py
-    python3 -m benchmarks.comm_before_after old_torchdist.py [--sizes 16384,1048576] [--rounds 2000]
+    mkdir -p old-comm && git archive BASE harness/comm | tar -x -C old-comm
+    python3 -m benchmarks.comm_before_after old-comm/harness/comm [--sizes 16384,1048576] [--rounds 2000]
 
 Two spawned gloo ranks hold both Comms and run ``roundtrip_ratio``'s ping-pong with raw
 ``dist.send`` / ``recv``, the old Comm and this one in turn, rotating the order every round, one
@@ -33,12 +32,13 @@ CONTESTANTS = ("raw gloo", "Comm before", "Comm now")
 
 
 def _load_old(path: str):
-    """``path`` as a module of ``harness.comm`` (its relative imports resolve there)."""
-    spec = importlib.util.spec_from_file_location("harness.comm._before", path)
+    """The Comm package at ``path`` as package ``oldcomm`` (its relative imports resolve in it)."""
+    spec = importlib.util.spec_from_file_location("oldcomm", os.path.join(path, "__init__.py"),
+                                                  submodule_search_locations=[path])
     mod = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = mod
+    sys.modules["oldcomm"] = mod
     spec.loader.exec_module(mod)
-    return mod
+    return importlib.import_module("oldcomm.torchdist")
 
 
 def _rank(rank: int, port: int, old_path: str, sizes: list[int], rounds: int, block: int, q) -> None:
@@ -74,13 +74,13 @@ def _rank(rank: int, port: int, old_path: str, sizes: list[int], rounds: int, bl
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("old", help="another commit's harness/comm/torchdist.py")
+    ap.add_argument("old", help="another commit's harness/comm package directory")
     ap.add_argument("--sizes", default="16384,1048576", help="message bytes, comma-separated")
     ap.add_argument("--rounds", type=int, default=2000)
     ap.add_argument("--block", type=int, default=1, help="round trips per contestant's turn")
     a = ap.parse_args()
-    if not os.path.isfile(a.old):
-        ap.error(f"{a.old}: no such file")
+    if not os.path.isfile(os.path.join(a.old, "torchdist.py")):
+        ap.error(f"{a.old}: not a harness/comm package (no torchdist.py)")
     sizes = [int(s) for s in a.sizes.split(",")]
     print(f"load average before: {os.getloadavg()}  cpus: {os.cpu_count()}  torch {torch.__version__}")
     out = run_pair(_rank, os.path.abspath(a.old), sizes, a.rounds, a.block, timeout_s=3600)[0][1]

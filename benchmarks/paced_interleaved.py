@@ -143,9 +143,9 @@ def _rank(rank: int, port: int, cfg, rates: dict[str, float], net: dict | None, 
                     if flow.direction == "sent" and messages))
     if net is not None and shaped_now is not None:
         shape(ifname, None)
-    sent_wire = {n: statistics.median(w) for n, w in link_wire.items()}
+    link_bytes = {n: statistics.median(w) for n, w in link_wire.items()}
     params = {n: stage_params(runs[n][0]) for n in names if n != "one micro-batch"}  # its steps train on other rows
-    q.put((rank, wall, sent_wire, params, seconds_per_step(ticks, cfg.steps - WARMUP)))
+    q.put((rank, wall, link_bytes, params, seconds_per_step(ticks, cfg.steps - WARMUP)))
     for comm in {id(c): c for c in comms.values()}.values():
         comm.close()  # the last one also leaves the process group
 

@@ -18,16 +18,16 @@ def _run(*args: str) -> subprocess.CompletedProcess:
 
 
 def test_comm_before_after_times_both_comms_and_raw_gloo():
-    # this tree's own backend as the "other commit": the two Comms are the same code
-    p = _run("benchmarks.comm_before_after", "harness/comm/torchdist.py", "--sizes", "1024", "--rounds", "4")
+    # this tree's own package as the "other commit": the two Comms are the same code
+    p = _run("benchmarks.comm_before_after", "harness/comm", "--sizes", "1024", "--rounds", "4")
     assert p.returncode == 0, p.stderr
     row = next(line for line in p.stdout.splitlines() if line.startswith("| 1,024 |"))
     assert len(row.split("|")) == 9 and row.count(" us") == 3, row
 
 
-def test_comm_before_after_refuses_a_missing_file():
-    p = _run("benchmarks.comm_before_after", "no-such-torchdist.py")
-    assert p.returncode == 2 and "no such file" in p.stderr
+def test_comm_before_after_refuses_a_directory_that_is_not_a_comm_package():
+    p = _run("benchmarks.comm_before_after", "benchmarks")
+    assert p.returncode == 2 and "not a harness/comm package" in p.stderr
 
 
 def test_pipeline_loop_runs_a_contestant_and_names_its_gloo_threads():

@@ -72,6 +72,11 @@ PROFILES: dict[str, tuple[list[str], list[str]]] = {
         ["harness/comm/torchdist.py"],
         ["checks/test_comm_sized_frames.py", "-k", "size_history"],
     ),
+    # tc tbf per egress for the step-by-step shaped benchmark (root: the checks make namespaces)
+    "netns-shape": (
+        ["harness/netns.py"],
+        ["checks/test_netns.py", "-k", "shape"],
+    ),
     "pipeline-links": (
         ["algorithms/pipeline/links.py"],
         ["checks/test_anchor_aqsgd.py",
@@ -89,9 +94,10 @@ PROFILES: dict[str, tuple[list[str], list[str]]] = {
          "or (on_the_encoder and (fo-sgd or mezo or sparq or aq-sgd))"],
     ),
 }
-# Profiles whose anchoring checks are marked slow (they load a real checkpoint): every check
-# but the process-spawning and hardware ones.
-MARKS = {"prompt-heldout": "not gloo and not netns and not gpu"}
+# Profiles whose anchoring checks carry marks the default selection leaves out: prompt-heldout's
+# are slow (they load a real checkpoint), so every check but the process-spawning and hardware
+# ones; netns-shape's make namespaces in-process (root).
+MARKS = {"prompt-heldout": "not gloo and not netns and not gpu", "netns-shape": "not gpu"}
 
 
 def _selection(name: str) -> list[str]:

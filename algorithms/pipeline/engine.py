@@ -13,8 +13,8 @@ receive of i + 1's first messages (``Comm.irecv``; forward: activations from
 r-1, backward: gradients from r+1), so their transfer overlaps the compute.
 1F1B posts none ahead: on gloo, receives posted ahead made its step 1.17-1.24x
 ``Schedule1F1B``'s against 1.03-1.10x without, the extra CPU in gloo's own threads,
-whose event loop then spins: 1.13M ``epoll_wait`` calls in 3 s against 4.4k reads,
-137k without (2 cores; ``benchmarks/results/paced-netns/``).  That fits gloo's loop
+whose event loop then spins: 2.48M ``epoll_wait`` calls in 3 s against 8.5k reads,
+394k without (2 cores; ``benchmarks/results/netns-and-gloo-loop/``).  That fits gloo's loop
 skipping a ready socket while the rank's main thread holds the pair's lock to send,
 which a 1F1B stage does while its next input arrives (a GPipe stage receives, then
 sends).  The
