@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import os
 import subprocess
+import sys
 
 import pytest
 
@@ -53,14 +54,21 @@ def _qdisc(topo: NetnsTopology, rank: int) -> str:
 def test_shape_puts_tbf_with_the_pacers_bucket_on_an_egress_and_takes_it_off():
     with NetnsTopology(2) as topo:
         assert "tbf" not in _qdisc(topo, 0)
-        shape(topo.ifname(0), 10e6, ns=topo.ns(0))
-        shown = _qdisc(topo, 0)
-        assert "tbf" in shown and "rate 10Mbit" in shown, shown
-        assert f"burst {tbf_burst_bytes(10e6)}b" in shown, shown  # 6000 bytes: 4 MTUs, above one tick (5000)
+        for rate, mtu, burst in ((10e6, 1500, 6000), (80e6, 1500, 40000), (10e6, 9000, 36000)):
+            # 4 MTUs above one tick (5000 bytes at 10 Mbit/s), one tick above 4 MTUs at 80 Mbit/s
+            assert tbf_burst_bytes(rate, mtu) == burst
+            shape(topo.ifname(0), rate, **({} if mtu == 1500 else {"mtu": mtu}), ns=topo.ns(0))  # 1500: the default
+            shown = _qdisc(topo, 0)
+            assert "tbf" in shown and f"rate {int(rate / 1e6)}Mbit" in shown, shown
+            assert f"burst {burst}b" in shown, shown
         assert "tbf" not in _qdisc(topo, 1)  # the other rank's egress is its own
         shape(topo.ifname(0), None, ns=topo.ns(0))
         assert "tbf" not in _qdisc(topo, 0)
         shape(topo.ifname(0), None, ns=topo.ns(0))  # nothing to take off is not an error
+        # from inside the namespace (a benchmark's rank), with no namespace named
+        subprocess.run(topo.exec_prefix(1) + [sys.executable, "-c", "from harness.netns import shape; "
+                                              f"shape({topo.ifname(1)!r}, 2e6)"], check=True, cwd=os.getcwd())
+        assert "rate 2Mbit" in _qdisc(topo, 1)
     assert _ours() == []
 
 

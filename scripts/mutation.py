@@ -72,7 +72,9 @@ PROFILES: dict[str, tuple[list[str], list[str]]] = {
         ["harness/comm/torchdist.py"],
         ["checks/test_comm_sized_frames.py", "-k", "size_history"],
     ),
-    # tc tbf per egress for the step-by-step shaped benchmark (root: the checks make namespaces)
+    # tc tbf per egress for the step-by-step shaped benchmark (root: the checks make namespaces).
+    # Run it with --mutants 'harness.netns.x_shape*': mutants of NetnsTopology leave namespaces
+    # and veths behind (harness.leftovers removes the namespaces of dead runs, not the veths).
     "netns-shape": (
         ["harness/netns.py"],
         ["checks/test_netns.py", "-k", "shape"],
