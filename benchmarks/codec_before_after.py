@@ -22,29 +22,19 @@ The load average is printed: the machine may be shared.
 from __future__ import annotations
 
 import argparse
-import importlib.util
 import os
 import statistics
-import sys
 import time
 
 import torch
 
 from algorithms import codecs as new
 from benchmarks.codec_ratios import top_fraction
+from benchmarks.other_commit import load_package
 
 SPECS = ("qstoch:bits=4", "qchannel:bits=4", "topk:ratio=0.1", "sparse-qstoch:bits=4")
 MESSAGE_SPECS = ("fp32", "fp16", "qstoch:bits=4", "topk:ratio=0.1")
 MESSAGE_LOOP = 2000
-
-
-def _load(path: str):
-    spec = importlib.util.spec_from_file_location("oldcodecs", os.path.join(path, "__init__.py"),
-                                                  submodule_search_locations=[path])
-    mod = importlib.util.module_from_spec(spec)
-    sys.modules["oldcodecs"] = mod
-    spec.loader.exec_module(mod)
-    return mod
 
 
 def _t(fn) -> tuple[float, float]:
@@ -96,7 +86,7 @@ def main() -> None:
     ap.add_argument("--message", action="store_true",
                     help="per-message encode and decode of a 32 KiB activation (module docstring)")
     a = ap.parse_args()
-    old = _load(a.old)
+    old = load_package(a.old, "oldcodecs")
     torch.set_num_threads(a.threads)
     print(f"load average before: {os.getloadavg()}  threads {a.threads}")
     if a.message:

@@ -16,29 +16,19 @@ from __future__ import annotations
 
 import argparse
 import functools
-import importlib.util
+import importlib
 import os
 import statistics
-import sys
 import time
 
 import torch
 import torch.distributed as dist
 
 from benchmarks.gloo_pair import run_pair
+from benchmarks.other_commit import load_package
 from benchmarks.roundtrip_ratio import _comm_round, _raw_round
 
 CONTESTANTS = ("raw gloo", "Comm before", "Comm now")
-
-
-def _load_old(path: str):
-    """The Comm package at ``path`` as package ``oldcomm`` (its relative imports resolve in it)."""
-    spec = importlib.util.spec_from_file_location("oldcomm", os.path.join(path, "__init__.py"),
-                                                  submodule_search_locations=[path])
-    mod = importlib.util.module_from_spec(spec)
-    sys.modules["oldcomm"] = mod
-    spec.loader.exec_module(mod)
-    return importlib.import_module("oldcomm.torchdist")
 
 
 def _rank(rank: int, port: int, old_path: str, sizes: list[int], rounds: int, block: int, q) -> None:
@@ -47,7 +37,9 @@ def _rank(rank: int, port: int, old_path: str, sizes: list[int], rounds: int, bl
     os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
     torch.set_num_threads(1)
     dist.init_process_group("gloo", rank=rank, world_size=2)
-    comms = (_load_old(old_path).TorchDistComm("gloo", timeout_s=120.0), TorchDistComm("gloo", timeout_s=120.0))
+    load_package(old_path, "oldcomm")
+    old = importlib.import_module("oldcomm.torchdist")
+    comms = (old.TorchDistComm("gloo", timeout_s=120.0), TorchDistComm("gloo", timeout_s=120.0))
     out = {}
     for size in sizes:
         t = torch.randint(0, 256, (size,), dtype=torch.uint8)

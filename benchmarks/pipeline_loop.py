@@ -31,7 +31,8 @@ def _rank(rank: int, port: int, cfg, name: str, steps: int, post_ahead: bool, q)
     from algorithms.pipeline.local import batch
     from harness.comm.torchdist import TorchDistComm
 
-    engine.POSTS_AHEAD["1f1b"] = post_ahead or engine.POSTS_AHEAD["1f1b"]
+    if post_ahead:
+        engine.POSTS_AHEAD["1f1b"] = True
     os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
     torch.set_num_threads(cfg.threads_per_rank or 1)
     dist.init_process_group("gloo", rank=rank, world_size=2)
