@@ -31,6 +31,7 @@ import torch
 from algorithms import codecs as new
 from benchmarks.codec_ratios import top_fraction
 from benchmarks.other_commit import load_package
+from benchmarks.spread import extremes
 
 SPECS = ("qstoch:bits=4", "qchannel:bits=4", "topk:ratio=0.1", "sparse-qstoch:bits=4")
 MESSAGE_SPECS = ("fp32", "fp16", "qstoch:bits=4", "topk:ratio=0.1")
@@ -41,10 +42,6 @@ def _t(fn) -> tuple[float, float]:
     w0, c0 = time.perf_counter(), time.process_time()
     fn()
     return time.perf_counter() - w0, time.process_time() - c0
-
-
-def _fmt(v: list[float]) -> str:
-    return f"{statistics.median(v):6.2f} [{min(v):.2f}, {max(v):.2f}]"
 
 
 def _messages(old, repeats: int) -> None:
@@ -64,7 +61,7 @@ def _messages(old, repeats: int) -> None:
             o, n = res[f"{s} {op} old"], res[f"{s} {op} new"]
             r = [b[1] / a[1] for a, b in zip(o, n, strict=True)]
             print(f"  {s:16s} {op}  old {us * statistics.median(c for _, c in o):7.2f} us  "
-                  f"new {us * statistics.median(c for _, c in n):7.2f} us  new / old cpu {_fmt(r)}")
+                  f"new {us * statistics.median(c for _, c in n):7.2f} us  new / old cpu {extremes(r, 2)}")
 
 
 def _interleaved(cases: dict, repeats: int) -> dict[str, list[tuple[float, float]]]:
@@ -110,10 +107,10 @@ def main() -> None:
             w = [x[0] / c[0] for x, c in zip(res[k], clone, strict=True)]
             c = [x[1] / c[1] for x, c in zip(res[k], clone, strict=True)]
             print(f"  {k:22s} {1e3 * statistics.median(x[0] for x in res[k]):8.2f} ms  "
-                  f"wall / clone {_fmt(w)}  cpu / clone {_fmt(c)}")
+                  f"wall / clone {extremes(w, 2)}  cpu / clone {extremes(c, 2)}")
     for s in SPECS:
         r = [n[1] / o[1] for n, o in zip(res[f"{s} new"], res[f"{s} old"], strict=True)]
-        print(f"  {s:22s} new / old cpu {_fmt(r)}")
+        print(f"  {s:22s} new / old cpu {extremes(r, 2)}")
     print(f"load average after: {os.getloadavg()}")
 
 

@@ -25,6 +25,7 @@ import torch
 from algorithms.codecs import make_codec
 from algorithms.codecs._core import set_body_checksum
 from algorithms.codecs._crc import crc32 as body_crc32
+from benchmarks.spread import extremes
 
 N_ROWS, N_COLS = 4096, 1024
 CRC_BYTES = 2 << 20
@@ -96,10 +97,6 @@ def measure(threads: list[int], repeats: int, rows: int = N_ROWS) -> Samples:
     return out
 
 
-def _fmt(v: list[float]) -> str:
-    return f"{statistics.median(v):6.2f} [{min(v):.2f}, {max(v):.2f}]"
-
-
 def report(s: Samples, threads: list[int], rows: int = N_ROWS) -> None:
     cases = [k for (th, k) in s if th == threads[0]]
     n_el = rows * N_COLS
@@ -114,7 +111,7 @@ def report(s: Samples, threads: list[int], rows: int = N_ROWS) -> None:
             w = [a[0] / b[0] for a, b in zip(s[(th, k)], clone, strict=True)]
             c = [a[1] / max(b[1], 1e-9) for a, b in zip(s[(th, k)], clone, strict=True)]
             ms = 1e3 * statistics.median(a[0] for a in s[(th, k)])
-            print(f"  {k:16s} {ms:8.2f} {_fmt(w):>22s} {_fmt(c):>22s}")
+            print(f"  {k:16s} {ms:8.2f} {extremes(w, 2):>22s} {extremes(c, 2):>22s}")
         crc = [a[1] for a in s[(th, "crc32-2MiB")]]
         print(f"  body CRC-32 alone: {1e3 * statistics.median(crc) / (CRC_BYTES / 2**20):.3f} ms CPU per MiB "
               f"[{1e3 * min(crc) / 2:.3f}, {1e3 * max(crc) / 2:.3f}]")
@@ -123,7 +120,7 @@ def report(s: Samples, threads: list[int], rows: int = N_ROWS) -> None:
         print(f"\nwall time at {b} threads / at {a} thread(s), same repeat, median [min, max] (>1: slower)")
         for k in cases:
             r = [y[0] / x[0] for x, y in zip(s[(a, k)], s[(b, k)], strict=True)]
-            print(f"  {k:16s} {_fmt(r):>22s}")
+            print(f"  {k:16s} {extremes(r, 2):>22s}")
 
 
 def sparse_qstoch_floor() -> list[tuple[str, int, float]]:

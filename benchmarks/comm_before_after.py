@@ -27,6 +27,7 @@ import torch.distributed as dist
 from benchmarks.gloo_pair import run_pair
 from benchmarks.other_commit import load_package
 from benchmarks.roundtrip_ratio import _comm_round, _raw_round
+from benchmarks.spread import quartiles
 
 CONTESTANTS = ("raw gloo", "Comm before", "Comm now")
 
@@ -81,15 +82,11 @@ def main() -> None:
           + " | before / raw | now / raw | now / before |")
     print("|---" * 7 + "|")
 
-    def spread(v: list[float]) -> str:
-        q1, m, q3 = statistics.quantiles(v, n=4)
-        return f"{m:.3f} [{q1:.3f}, {q3:.3f}]"
-
     for size, (raw, old, new) in out.items():
         print(f"| {size:,} | " + " | ".join(f"{1e6 * statistics.median(v):.0f} us" for v in (raw, old, new))
-              + f" | {spread([o / r for o, r in zip(old, raw, strict=True)])}"
-              f" | {spread([n / r for n, r in zip(new, raw, strict=True)])}"
-              f" | {spread([n / o for n, o in zip(new, old, strict=True)])} |")
+              + f" | {quartiles([o / r for o, r in zip(old, raw, strict=True)])}"
+              f" | {quartiles([n / r for n, r in zip(new, raw, strict=True)])}"
+              f" | {quartiles([n / o for n, o in zip(new, old, strict=True)])} |")
     print(f"load average after: {os.getloadavg()}")
 
 

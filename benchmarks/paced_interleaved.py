@@ -59,6 +59,7 @@ from benchmarks.pipeline_interleaved import (
     step_config,
     thread_ticks,
 )
+from benchmarks.spread import quartiles
 from harness import netns
 
 WARMUP = 3  # rounds left out (first allocations, the size history of large frames)
@@ -197,10 +198,6 @@ def main() -> None:
         print(f"| {n} | {1e3 * med(s):.2f} ms | {1e3 * th['main']:.2f} ms | {1e3 * th['gloo']:.2f} ms "
               f"| {1e3 * th['other']:.2f} ms |")
 
-    def spread(r: list[float]) -> str:
-        q1, _, q3 = statistics.quantiles(r, n=4)
-        return f"{med(r):.3f} [{q1:.3f}, {q3:.3f}]"
-
     print("| rate | forward / backward direction | shaped / unshaped | shaped / max(compute, busier direction) "
           "| shaped / GPipe bound |")
     print("|---|---|---|---|---|")
@@ -209,9 +206,9 @@ def main() -> None:
         shaped = step[f"shaped {r}"]
         fwd, bwd = (max(0, w - tbf_burst_bytes(bps)) * 8 / bps for w in wire[f"shaped {r}"])
         print(f"| {r} | {1e3 * fwd:.1f} / {1e3 * bwd:.1f} ms "
-              f"| {spread([s / c for s, c in zip(shaped, compute, strict=True)])} "
-              f"| {spread([s / max(c, fwd, bwd) for s, c in zip(shaped, compute, strict=True)])} "
-              f"| {spread([s / max(c, f + fwd + bwd) for s, c, f in zip(shaped, compute, fill, strict=True)])} |")
+              f"| {quartiles([s / c for s, c in zip(shaped, compute, strict=True)])} "
+              f"| {quartiles([s / max(c, fwd, bwd) for s, c in zip(shaped, compute, strict=True)])} "
+              f"| {quartiles([s / max(c, f + fwd + bwd) for s, c, f in zip(shaped, compute, fill, strict=True)])} |")
     same = len(set(shas.values())) == 1
     print(f"params_sha256 of every contestant on the whole batch: {next(iter(shas.values())) if same else shas} "
           f"({'equal' if same else 'DIFFER'})")

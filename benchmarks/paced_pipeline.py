@@ -32,6 +32,7 @@ import argparse
 import os
 import statistics
 
+from benchmarks.spread import extremes
 from harness.comm.byte_meter import FRAME_HEADER_BYTES
 from harness.comm.pacer import tbf_burst_bytes, wire_bytes
 from harness.config import parse_rate
@@ -72,12 +73,9 @@ def main() -> None:
             rows.append((compute, fill, direction, step))
         c, f, d, s = (statistics.median(v) for v in zip(*rows, strict=True))
 
-        def spread(r: list[float]) -> str:
-            return f"{statistics.median(r):.3f} [{min(r):.3f}, {max(r):.3f}]"
-
         print(f"{rate}: compute {1e3 * c:.1f} ms, fill (one micro-batch) {1e3 * f:.1f} ms, busier direction "
-              f"{1e3 * d:.1f} ms, shaped step {1e3 * s:.1f} ms; step / max(compute, direction) = {spread(r_max)}; "
-              f"step / GPipe bound = {spread(r_bound)} (without the fill: {spread(r_nofill)})")
+              f"{1e3 * d:.1f} ms, shaped step {1e3 * s:.1f} ms; step / max(compute, direction) = {extremes(r_max)}; "
+              f"step / GPipe bound = {extremes(r_bound)} (without the fill: {extremes(r_nofill)})")
     print(f"load average after: {os.getloadavg()}")
 
 

@@ -44,6 +44,7 @@ import torch.distributed as dist
 from benchmarks.gloo_pair import run_pair
 from benchmarks.pipeline_ratio import hand_gpipe_step
 from benchmarks.pipelining_ratio import StageModule, engine_config
+from benchmarks.spread import quartiles
 
 WARMUP = 3  # rounds left out (the peer's first step infers its boundary shapes)
 CONTESTANTS = ("engine[gpipe]", "engine[1f1b]", "ScheduleGPipe", "Schedule1F1B", "hand-written GPipe")
@@ -223,13 +224,12 @@ def main() -> None:
         print(f"| {n} | " + " | ".join(f"{1e3 * med(k[n]):.2f} ms" for k in kinds.values())
               + f" | {1e3 * med(cpu[n]):.2f} ms | {1e3 * th['main']:.2f} ms "
               f"| {1e3 * th['gloo']:.2f} ms | {1e3 * th['other']:.2f} ms |")
-    print("| ratio (per round) | step | median | quartiles | CPU ratio |")
-    print("|---|---|---|---|---|")
+    print("| ratio (per round) | step | median [quartiles] | CPU ratio |")
+    print("|---|---|---|---|")
     for a_, b_ in RATIOS:
         for kind, step in kinds.items():
-            r = sorted(x / y for x, y in zip(step[a_], step[b_], strict=True))
-            q1, _, q3 = statistics.quantiles(r, n=4)
-            print(f"| {a_} / {b_} | {kind} | {med(r):.3f} | [{q1:.3f}, {q3:.3f}] "
+            r = [x / y for x, y in zip(step[a_], step[b_], strict=True)]
+            print(f"| {a_} / {b_} | {kind} | {quartiles(r)} "
                   f"| {med(cpu[a_]) / med(cpu[b_]):.3f} |")
     same = len(set(shas.values())) == 1
     print(f"params_sha256 of every contestant: {next(iter(shas.values())) if same else shas} "

@@ -18,6 +18,7 @@ is printed: the machine may be shared, and only ratios of one run compare.
 from __future__ import annotations
 
 import argparse
+import functools
 import os
 import statistics
 import time
@@ -26,10 +27,11 @@ import torch
 import torch.distributed as dist
 
 from benchmarks.gloo_pair import run_pair
+from benchmarks.spread import extremes
 from harness.launcher import run
 from harness.registry import make_config
 
-WARMUP = 2  # steps left out of the reference's median (pipeline-sgd's record times all steps)
+WARMUP = 2  # steps left out of a reference's median (the peer's first infers the boundary shapes)
 
 
 def hand_gpipe_step(cfg, rank: int, stage, ids: torch.Tensor, labels: torch.Tensor) -> None:
@@ -67,7 +69,9 @@ def hand_gpipe_step(cfg, rank: int, stage, ids: torch.Tensor, labels: torch.Tens
         w.wait()
 
 
-def _gpipe_rank(rank: int, port: int, cfg, q) -> None:
+def _reference_rank(rank: int, port: int, cfg, make_step, q) -> None:
+    """Stage ``rank`` of a 2-process reference: the project's stage, batches and SGD, one step of
+    ``make_step(cfg, rank, stage)`` (a callable of ids and labels) per batch, each step timed."""
     from algorithms.pipeline.local import batch
     from harness.models import build_stage
 
@@ -77,13 +81,14 @@ def _gpipe_rank(rank: int, port: int, cfg, q) -> None:
     p = cfg.params
     stage = build_stage(cfg.model, seed=cfg.seed, num_stages=2, stage_index=rank, cut=p.cut, dtype=cfg.torch_dtype)
     opt = torch.optim.SGD(stage.parameters(), lr=p.lr, momentum=p.momentum, foreach=False)
+    step_fn = make_step(cfg, rank, stage)
     times, cpu = [], []
     dist.barrier()
     for step in range(cfg.steps):
         w0, c0 = time.perf_counter(), time.process_time()
         ids, labels = batch(cfg, step, "cpu")
         opt.zero_grad(set_to_none=True)
-        hand_gpipe_step(cfg, rank, stage, ids, labels)
+        step_fn(ids, labels)
         opt.step()
         times.append(time.perf_counter() - w0)
         cpu.append(time.process_time() - c0)
@@ -93,15 +98,25 @@ def _gpipe_rank(rank: int, port: int, cfg, q) -> None:
     dist.destroy_process_group()
 
 
-def gpipe(cfg) -> tuple[float, float, str]:
-    """(median step s of the slower rank, its CPU s per step, params_sha256 of both stages)."""
+def timed_reference(cfg, make_step) -> tuple[float, float, str]:
+    """Run a reference (``_reference_rank``; ``make_step`` picklable): (median step s of the slower
+    rank, its CPU s per step, params_sha256 of both stages)."""
     from harness.results.fingerprint import params_sha256
 
-    out = run_pair(_gpipe_rank, cfg)
+    out = run_pair(_reference_rank, cfg, make_step)
     meds = [statistics.median(t[WARMUP:]) for _, t, _, _ in out]
     slow = max(range(2), key=lambda r: meds[r])
     params = sorted(((i, torch.from_numpy(a)) for *_, ps in out for i, a in ps), key=lambda p: p[0])
     return meds[slow], statistics.median(out[slow][2][WARMUP:]), params_sha256(params)
+
+
+def _hand_gpipe(cfg, rank: int, stage):
+    return functools.partial(hand_gpipe_step, cfg, rank, stage)
+
+
+def gpipe(cfg) -> tuple[float, float, str]:
+    """The hand-written GPipe: (median step s of the slower rank, its CPU s per step, params_sha256)."""
+    return timed_reference(cfg, _hand_gpipe)
 
 
 def main() -> None:
@@ -126,8 +141,7 @@ def main() -> None:
         rows.append((eng, ref, ref_cpu))
         print(f"  pipeline-sgd {1e3 * eng:8.2f} ms   hand-written GPipe {1e3 * ref:8.2f} ms "
               f"(cpu {1e3 * ref_cpu:.2f} ms)   ratio {eng / ref:.3f}")
-    print(f"pipeline-sgd / hand-written GPipe: median {statistics.median(ratios):.3f} "
-          f"[{min(ratios):.3f}, {max(ratios):.3f}] over {a.repeats} interleaved repeats")
+    print(f"pipeline-sgd / hand-written GPipe: median {extremes(ratios)} over {a.repeats} interleaved repeats")
     print(f"params_sha256 pipeline-sgd {rec.metrics['params_sha256'].value}")
     print(f"params_sha256 hand-written  {sha}")
     print(f"load average after: {os.getloadavg()}")

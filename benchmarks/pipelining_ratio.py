@@ -21,19 +21,17 @@ run compare.
 from __future__ import annotations
 
 import argparse
+import functools
 import inspect
 import os
-import statistics
-import time
 
 import torch
-import torch.distributed as dist
 
-from benchmarks.gloo_pair import run_pair
+from benchmarks.pipeline_ratio import timed_reference
+from benchmarks.spread import extremes
 from harness.launcher import run
 from harness.registry import make_config
 
-WARMUP = 2  # steps left out of the peer's median (its first step infers the boundary shapes)
 PEER_SCHEDULES = {"gpipe": "ScheduleGPipe", "1f1b": "Schedule1F1B"}
 
 
@@ -51,51 +49,30 @@ class StageModule(torch.nn.Module):
         return out[0] if len(out) == 1 else out
 
 
-def _peer_rank(rank: int, port: int, cfg, schedule: str, q) -> None:
+def _peer_schedule(schedule: str, cfg, rank: int, stage):
+    """The peer's step on ``stage``: ``schedule`` ("gpipe" or "1f1b") of ``torch.distributed.pipelining``."""
     from torch.distributed import pipelining
 
-    from algorithms.pipeline.local import batch
-    from harness.models import build_stage, lm_loss
+    from harness.models import lm_loss
 
-    os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
-    torch.set_num_threads(cfg.threads_per_rank or 1)
-    dist.init_process_group("gloo", rank=rank, world_size=2)
-    p, M = cfg.params, cfg.micro_batches
-    stage = build_stage(cfg.model, seed=cfg.seed, num_stages=2, stage_index=rank, cut=p.cut, dtype=cfg.torch_dtype)
-    opt = torch.optim.SGD(stage.parameters(), lr=p.lr, momentum=p.momentum, foreach=False)
+    M = cfg.micro_batches
     pstage = pipelining.PipelineStage(StageModule(stage), rank, 2, torch.device("cpu"))
     cls = getattr(pipelining, PEER_SCHEDULES[schedule])
     kw = {"scale_grads": False} if "scale_grads" in inspect.signature(cls.__init__).parameters else {}
     sched = cls(pstage, M, loss_fn=lambda out, y: lm_loss(out, y) / M, **kw)
-    times, cpu = [], []
-    dist.barrier()
-    for step in range(cfg.steps):
-        w0, c0 = time.perf_counter(), time.process_time()
-        ids, labels = batch(cfg, step, "cpu")
-        opt.zero_grad(set_to_none=True)
+
+    def step(ids: torch.Tensor, labels: torch.Tensor) -> None:
         if rank == 0:
             sched.step(ids, input_ids=ids)
         else:
             sched.step(input_ids=ids, target=labels, losses=[])
-        opt.step()
-        times.append(time.perf_counter() - w0)
-        cpu.append(time.process_time() - c0)
-    # numpy arrays pickle by value (a tensor would be shared through a file descriptor of this process)
-    q.put((rank, times, cpu, [(i, t.detach().numpy().copy()) for i, _, t in stage.global_named_parameters()]))
-    dist.barrier()
-    dist.destroy_process_group()
+    return step
 
 
 def peer(cfg, schedule: str) -> tuple[float, float, str]:
     """``torch.distributed.pipelining`` with ``schedule`` ("gpipe" or "1f1b"): (median step s of
     the slower rank, its CPU s per step, params_sha256 of both stages)."""
-    from harness.results.fingerprint import params_sha256
-
-    out = run_pair(_peer_rank, cfg, schedule)
-    meds = [statistics.median(t[WARMUP:]) for _, t, _, _ in out]
-    slow = max(range(2), key=lambda r: meds[r])
-    params = sorted(((i, torch.from_numpy(a)) for *_, ps in out for i, a in ps), key=lambda p: p[0])
-    return meds[slow], statistics.median(out[slow][2][WARMUP:]), params_sha256(params)
+    return timed_reference(cfg, functools.partial(_peer_schedule, schedule))
 
 
 def engine_config(schedule: str, *, model="tiny-opt", batch_size=8, seq_len=64, micro_batches=4, steps=10,
@@ -132,8 +109,8 @@ def main() -> None:
                   f"(cpu {1e3 * ref_cpu:.2f} ms)   ratio {eng / ref:.3f}", flush=True)
     for s, name in PEER_SCHEDULES.items():
         r = ratios[s]
-        print(f"pipeline-sgd[{s}] / torch.distributed.pipelining {name}: median {statistics.median(r):.3f} "
-              f"[{min(r):.3f}, {max(r):.3f}] over {a.repeats} interleaved repeats")
+        print(f"pipeline-sgd[{s}] / torch.distributed.pipelining {name}: median {extremes(r)} "
+              f"over {a.repeats} interleaved repeats")
     print(f"params_sha256 of every run: {' '.join(sorted(shas))} ({'equal' if len(shas) == 1 else 'DIFFER'})")
     print(f"load average after: {os.getloadavg()}")
 

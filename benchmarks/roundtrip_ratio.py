@@ -30,6 +30,7 @@ import torch
 import torch.distributed as dist
 
 from benchmarks.gloo_pair import run_pair
+from benchmarks.spread import extremes
 from harness.comm.byte_meter import FRAME_HEADER_BYTES
 from harness.comm.torchdist import BODY_SLACK, FIRST_BUFFER_NBYTES, MAX_IN_FLIGHT_FRAMES
 
@@ -152,9 +153,6 @@ def main() -> None:
     print("|---|---|---|---|---|---|---|---|---|---|")
     med = statistics.median
 
-    def spread(v: list[float]) -> str:
-        return f"{med(v):.2f} [{min(v):.2f}, {max(v):.2f}]"
-
     def cell(times: list[tuple[float, float]]) -> str:
         return f"{1e6 * med(w for w, _ in times):.0f} us (cpu {1e6 * med(c for _, c in times):.0f})"
 
@@ -163,10 +161,10 @@ def main() -> None:
         raw, com, pat = [r[1] for r in mine], [r[2] for r in mine], [r[5] for r in mine]
         bu = [r[4] / r[3] for r in mine if r[3] > 0]
         print(f"| {size:,} | {cell(raw)} | {cell(pat)} | {cell(com)} "
-              f"| {spread([p[0] / r[0] for p, r in zip(pat, raw, strict=True)])} "
-              f"| {spread([c[0] / r[0] for c, r in zip(com, raw, strict=True)])} "
-              f"| {spread([c[0] / p[0] for c, p in zip(com, pat, strict=True)])} "
-              f"| {1e3 * med(r[3] for r in mine):.2f} ms | {1e3 * med(r[4] for r in mine):.2f} ms | {spread(bu)} |")
+              f"| {extremes([p[0] / r[0] for p, r in zip(pat, raw, strict=True)])} "
+              f"| {extremes([c[0] / r[0] for c, r in zip(com, raw, strict=True)])} "
+              f"| {extremes([c[0] / p[0] for c, p in zip(com, pat, strict=True)])} "
+              f"| {1e3 * med(r[3] for r in mine):.2f} ms | {1e3 * med(r[4] for r in mine):.2f} ms | {extremes(bu)} |")
     print(f"load average after: {os.getloadavg()}")
 
 

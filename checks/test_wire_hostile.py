@@ -195,7 +195,7 @@ def test_the_first_buffer_guard_never_reads_as_an_end_marker_or_a_magic():
     # one lands, 1 run in 256 passed it).  The guard is random per Comm: two draws differ.
     from harness.comm.torchdist import _first_buffer_guard
 
-    guards = [_first_buffer_guard() for _ in range(4)]
+    guards = [np.frombuffer(_first_buffer_guard(), dtype=np.uint8) for _ in range(4)]
     magic = slice(len(_header(0)) - len(FRAME_MAGIC), len(_header(0)))
     for g in guards:
         assert g.size == FIRST_BUFFER_NBYTES

@@ -95,6 +95,11 @@ def pack_frame_header(nbytes: int, taghash: int) -> bytes:
     return _FRAME_HEADER.pack(taghash, nbytes, FRAME_MAGIC)
 
 
+#: (tag hash, payload length, magic) of a header, unchecked: a receiver's per-message fast path,
+#: which calls ``parse_frame_header`` to say what is wrong when a field is not as expected.
+unpack_frame_header = _FRAME_HEADER.unpack
+
+
 def parse_frame_header(raw: bytes, *, rank: int, src: int, taghash: int, max_frame_bytes: int) -> int:
     """The payload length announced by a received header, or CommError naming the peer."""
     if len(raw) != FRAME_HEADER_NBYTES:
@@ -215,6 +220,8 @@ class Comm(ABC):
         self._sender: PacedSender | None = None  # started by the first paced send
         self._posted: dict[int, deque[PostedRecv]] = {}  # per peer, oldest first
         self._waiting_mark = _Waiting(self)
+        self._sent_flows: dict[tuple[int, str], Flow] = {}  # the meter's flows per (peer, tag)
+        self._received_flows: dict[tuple[int, str], Flow] = {}
 
     # ---- raw primitives -------------------------------------------------
     @abstractmethod
@@ -293,21 +300,35 @@ class Comm(ABC):
         self._check_peer(dst, "send to rank")
         if data.dtype != torch.uint8 or data.dim() != 1:
             raise TypeError("Comm.send takes a serialized payload: a 1-D uint8 tensor")
-        if data.numel() > self.max_frame_bytes:
-            raise CommError(f"rank {self.rank}: message of {data.numel()} bytes to rank {dst} exceeds "
+        n = data.numel()
+        if n > self.max_frame_bytes:
+            raise CommError(f"rank {self.rank}: message of {n} bytes to rank {dst} exceeds "
                             f"the maximum frame size {self.max_frame_bytes} (raise it with "
                             f"--max-frame-bytes or --set max_frame_bytes=...)")
-        self._delay(1)
-        release = None if self.pacer is None else self.pacer.outgoing_release(
-            wire_bytes(data.numel(), FRAME_HEADER_BYTES))
+        if self.latency_s:
+            self._delay(1)
+        release = None if self.pacer is None else self.pacer.outgoing_release(wire_bytes(n, FRAME_HEADER_BYTES))
         if release is not None and (release > self.pacer.clock() or not self._sender_idle()):
             # the link delays the bytes, not the caller: the sender thread posts them at release
             self._paced_sender().put(release, data.detach().contiguous().clone(), dst, tag_hash(tag))
         else:  # unshaped, or covered by the bucket behind an idle sender: it leaves now, from here,
             with self._waiting():  # as through tbf (no hop through the sender thread)
                 self._send_frame(data.contiguous(), dst, tag_hash(tag))
-        self.meter.record(Flow(self.rank, dst, "sent", tag, "send"), data.numel(),
-                          framing=FRAME_HEADER_BYTES)
+        self.meter.record(self._sent_flow(dst, tag), n, framing=FRAME_HEADER_BYTES)
+
+    # The meter's flow of each (peer, tag), made once: a named tuple's constructor is Python
+    # code, and these run on every message.
+    def _sent_flow(self, dst: int, tag: str) -> Flow:
+        flow = self._sent_flows.get((dst, tag))
+        if flow is None:
+            flow = self._sent_flows[dst, tag] = Flow(self.rank, dst, "sent", tag, "send")
+        return flow
+
+    def _received_flow(self, src: int, tag: str) -> Flow:
+        flow = self._received_flows.get((src, tag))
+        if flow is None:
+            flow = self._received_flows[src, tag] = Flow(src, self.rank, "received", tag, "recv")
+        return flow
 
     def _close_sends(self) -> None:
         """At close: post what the paced sender still holds (see :meth:`_finish_sends`)."""
@@ -379,9 +400,10 @@ class Comm(ABC):
         return self._received(posted.src, posted.tag, data)
 
     def _received(self, src: int, tag: str, data: torch.Tensor) -> torch.Tensor:
-        self._pace("incoming", data.numel(), FRAME_HEADER_BYTES)
-        self.meter.record(Flow(src, self.rank, "received", tag, "recv"), data.numel(),
-                          framing=FRAME_HEADER_BYTES)
+        n = data.numel()
+        if self.pacer is not None:
+            self.pacer.incoming(wire_bytes(n, FRAME_HEADER_BYTES))
+        self.meter.record(self._received_flow(src, tag), n, framing=FRAME_HEADER_BYTES)
         return data
 
     def recv_any(self, srcs: list[int], tag: str = "") -> tuple[int, torch.Tensor]:

@@ -20,6 +20,11 @@ from pathlib import Path
 
 COMPUTING, WAITING, FINISHED = 0.0, 1.0, 2.0
 _SLOT = struct.Struct("<ddd")  # heartbeat, last boundary, state
+# What each writer writes of its slot, and no more: the heartbeat thread and the rank's own
+# thread write at once, and a read-modify-write of the whole slot by one could undo the other's.
+_BEAT = struct.Struct("<d")  # at the slot's start
+_MARK = struct.Struct("<dd")  # after the heartbeat: boundary and state, every message
+_MARK_OFFSET = _BEAT.size
 BEAT_INTERVAL_S = 0.5
 # A heartbeat this old means the process is stopped, dead or hung with the GIL
 # held: many intervals, so a loaded machine's scheduling delay is not mistaken
@@ -74,22 +79,16 @@ class ProgressBoard:
     def _read(self, rank: int) -> tuple[float, float, float]:
         return _SLOT.unpack_from(self._buf, rank * _SLOT.size)
 
-    def _write(self, rank: int, beat: float | None = None, boundary: float | None = None,
-               state: float | None = None) -> None:
-        b, t, s = self._read(rank)
-        _SLOT.pack_into(self._buf, rank * _SLOT.size, b if beat is None else beat,
-                        t if boundary is None else boundary, s if state is None else state)
-
     def mark(self, rank: int, state: float) -> None:
         """A communication boundary of ``rank``: entering or leaving a wait, or the end."""
-        self._write(rank, boundary=time.monotonic(), state=state)
+        _MARK.pack_into(self._buf, rank * _SLOT.size + _MARK_OFFSET, time.monotonic(), state)
 
     def clear(self, rank: int, state: float) -> None:
         """``rank`` in ``state`` with no communication boundary reached yet."""
-        self._write(rank, boundary=0.0, state=state)
+        _MARK.pack_into(self._buf, rank * _SLOT.size + _MARK_OFFSET, 0.0, state)
 
     def beat(self, rank: int) -> None:
-        self._write(rank, beat=time.monotonic())
+        _BEAT.pack_into(self._buf, rank * _SLOT.size, time.monotonic())
 
     def stalled(self, me: int) -> tuple[int, str] | None:
         """The rank (other than ``me``) that stopped making progress, and how; None if all others wait.

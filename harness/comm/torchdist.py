@@ -38,7 +38,7 @@ or zero where the magic or end marker belongs, a long one (by at most the
 slack) changes the guard after the expected end (always when its extra bytes are
 zeros; otherwise but for a chance of 1 in 256 per extra byte), and both are a CommError
 naming the peer.  After a frame of ``end`` bytes passed every check, only those
-bytes get their guard back before the next receive (``_FirstBuffer.dirty``);
+bytes get their guard back before the next receive (``_RecvBuffer.dirty``);
 after a failed check, the whole buffer.  A sender
 following the protocol never sends more than its header announced, and refuses
 a payload above ``max_frame_bytes`` itself (``Comm.send``), so gloo never sees a
@@ -97,6 +97,7 @@ from .base import (
     check_frame_end,
     pack_frame_header,
     parse_frame_header,
+    unpack_frame_header,
 )
 from .progress_board import Heartbeat
 
@@ -147,17 +148,15 @@ GATHER_ROUND_BYTES = 4 << 20
 _POSTING: set = set()
 
 
-@dataclass
+@dataclass(slots=True)
 class _Posted:
-    """One frame's posted sends: their work handles and the buffers they read from."""
+    """One frame's posted sends: their work handles and the frame they read from."""
 
     works: list
-    bufs: list[torch.Tensor]
     frame: torch.Tensor  # on the host
+    posted: torch.Tensor  # the frame as posted (on the device for nccl): the messages are views of it
     dst: int
     nbytes: int
-
-
 
 
 class _SizeHistory:
@@ -170,18 +169,21 @@ class _SizeHistory:
         self._last: dict[tuple[int, int], tuple[int, bool]] = {}
 
     def expected(self, peer: int, taghash: int) -> int | None:
+        if not self._last:  # no large frame yet: the common case of small messages, per message
+            return None
         last = self._last.get((peer, taghash))
         return last[0] if last is not None and last[1] else None
 
     def record(self, peer: int, taghash: int, n: int) -> None:
         if n < SIZED_MIN_PAYLOAD:
-            self._last.pop((peer, taghash), None)
+            if self._last:
+                self._last.pop((peer, taghash), None)
         else:
             last = self._last.get((peer, taghash))
             self._last[(peer, taghash)] = (n, last is not None and last[0] == n)
 
 
-def _first_buffer_guard() -> np.ndarray:
+def _first_buffer_guard() -> bytes:
     """Random bytes for the first buffer: none is a byte of the end marker (so no window of a
     short message's tail reads as one), none is zero (a message longer than announced by zero
     bytes, the likeliest padding, always changes the guard after its end; another extra byte
@@ -192,39 +194,38 @@ def _first_buffer_guard() -> np.ndarray:
         g[g == b] ^= 1
     g[g == 0] = 1  # 1 is not a byte of the end marker
     g[FRAME_HEADER_NBYTES - len(FRAME_MAGIC): FRAME_HEADER_NBYTES] = 0
-    return g
+    return g.tobytes()
 
 
-class _FirstBuffer:
-    """A receive buffer for frames' first messages, its host view, and how many of its
-    leading bytes the last message may have written (only those need their guard back).
-    On the host an inline payload is copied out by address (``ctypes.memmove``): it is small,
-    and for it a tensor or numpy view costs more than the copy."""
+class _RecvBuffer:
+    """A receive buffer, read and written in place by address on the host (``ctypes``: for the
+    few bytes a check touches, a tensor or numpy view costs more than the copy), and how many of
+    its leading bytes the last message may have written (for the reused first buffer: only
+    those need their guard back)."""
 
     def __init__(self, device: torch.device, nbytes: int = FIRST_BUFFER_NBYTES, lead: int = 0):
         # ``lead`` bytes before the buffer: a payload after the header then starts aligned
         self.tensor = torch.empty(lead + nbytes, dtype=torch.uint8, device=device)[lead:]
-        self.host = self.tensor.numpy() if device.type == "cpu" else None
-        self.addr = self.tensor.data_ptr() if self.host is not None else None
+        self.addr = self.tensor.data_ptr() if device.type == "cpu" else None  # None: on a device
         self.dirty = FIRST_BUFFER_NBYTES
 
     def read(self, lo: int, hi: int) -> bytes:
         """Bytes ``lo:hi``, copied to the host."""
-        return ctypes.string_at(self.addr + lo, hi - lo) if self.host is not None else \
+        return ctypes.string_at(self.addr + lo, hi - lo) if self.addr is not None else \
             self.tensor[lo:hi].cpu().numpy().tobytes()
 
-    def write(self, lo: int, data: np.ndarray) -> None:
-        """Host bytes ``data`` (contiguous) into the buffer from ``lo``."""
-        if self.host is not None:
-            ctypes.memmove(self.addr + lo, data.ctypes.data, data.size)
+    def write(self, lo: int, data: bytes) -> None:
+        """``data`` into the buffer from ``lo``."""
+        if self.addr is not None:
+            ctypes.memmove(self.addr + lo, data, len(data))
         else:
-            self.tensor[lo: lo + data.size].copy_(torch.from_numpy(np.ascontiguousarray(data)))
+            self.tensor[lo: lo + len(data)].copy_(torch.frombuffer(bytearray(data), dtype=torch.uint8))
 
-    def restore(self, guard: np.ndarray, guard_addr: int, n: int) -> None:
-        """The first ``n`` bytes of ``guard`` (whose host address is ``guard_addr``) back into the
-        buffer's first ``n`` bytes: per message, so by address, not through a numpy view."""
-        if self.host is not None:
-            ctypes.memmove(self.addr, guard_addr, n)
+    def restore(self, guard: bytes, n: int) -> None:
+        """The first ``n`` bytes of ``guard`` back into the buffer's first ``n`` (per message: on
+        the host copied from ``guard`` in place, no slice of it made)."""
+        if self.addr is not None:
+            ctypes.memmove(self.addr, guard, n)
         else:
             self.write(0, guard[:n])
 
@@ -233,11 +234,17 @@ class _FirstBuffer:
         buffer makes (not a tensor op on the buffer itself, or a rank's memory meter would count
         the receive scratch as the rank's)."""
         out = torch.empty(n, dtype=torch.uint8)
-        if self.host is not None:
+        if self.addr is not None:
             ctypes.memmove(out.data_ptr(), self.addr + lo, n)
         else:
             out.copy_(self.tensor[lo: lo + n])
         return out
+
+    def payload(self, lo: int, n: int) -> torch.Tensor:
+        """Bytes ``lo:lo + n`` handed on as they are: a view of a buffer not reused (on a device,
+        a copy to the host)."""
+        view = self.tensor[lo: lo + n]
+        return view if self.addr is not None else view.cpu()
 
 
 def _backend_error(rank: int, what: str, e: Exception) -> CommError:
@@ -329,14 +336,11 @@ class TorchDistComm(Comm):
         self._host = self.device.type == "cpu"
         self._timeout = _dt.timedelta(seconds=self.timeout_s)
         # the guard bytes written before every receive (module docstring): random, never sent
-        self._first_guard = _first_buffer_guard()  # on the host: copied into a device's buffer
-        self._first_guard_bytes = self._first_guard.tobytes()  # compared as bytes: cheaper than numpy
-        self._first_guard_addr = self._first_guard.ctypes.data  # copied from by address
-        self._slack_guard = self._first_guard[-_CHECKED:].copy()
+        self._first_guard = _first_buffer_guard()  # bytes: compared and copied as they are
         # a frame's first message's receive buffer, reused (allocated here, before any meter
         # starts); posted receives have one per peer (_PostedFrame), made at a peer's first
-        self._hbuf = _FirstBuffer(self.device)
-        self._peer_buffers: dict[int, _FirstBuffer] = {}
+        self._hbuf = _RecvBuffer(self.device)
+        self._peer_buffers: dict[int, _RecvBuffer] = {}
         self._ahead: dict[int, deque[_PostedFrame]] = {}  # posted receives per peer, oldest first
         self._heartbeat = Heartbeat(self.board, self.rank) if self.board is not None else None
         self._sends: deque[_Posted] = deque()  # posted sends not yet waited on, oldest first
@@ -381,7 +385,8 @@ class TorchDistComm(Comm):
         # flight pass the bound, and at every collective and barrier (_flush_sends).
         self._reap_sends()
         n = data.numel()
-        frame = self._new_frame(FRAME_HEADER_NBYTES + n + FRAME_END_NBYTES)
+        nbytes = FRAME_HEADER_NBYTES + n + FRAME_END_NBYTES
+        frame = self._new_frame(nbytes)
         # filled by address: torch's sliced copies cost ~5x a memcpy at 1 MiB, a tensor op is one
         # more call through a rank's memory meter (a dispatch mode), and numpy views cost more
         # than the copy for a small frame
@@ -394,17 +399,18 @@ class TorchDistComm(Comm):
         # has the size the receiver expects from this pair's history, else the header, then the body
         whole = n <= INLINE_MAX_PAYLOAD or n == self._sizes_out.expected(dst, taghash)
         self._sizes_out.record(dst, taghash, n)
-        bufs = [frame] if whole else [frame[:FRAME_HEADER_NBYTES], frame[FRAME_HEADER_NBYTES:]]
         try:
-            works = [self._pg.send([b], dst, 0) for b in bufs]
+            works = ([self._pg.send([frame], dst, 0)] if whole else
+                     [self._pg.send([frame[:FRAME_HEADER_NBYTES]], dst, 0),
+                      self._pg.send([frame[FRAME_HEADER_NBYTES:]], dst, 0)])
         except Exception as e:
             raise _backend_error(self.rank, f"send to rank {dst}", e) from e
-        nbytes = frame.numel()  # the messages split the frame
-        self._sends.append(_Posted(works, bufs, host_frame, dst, nbytes))
+        sends = self._sends
+        sends.append(_Posted(works, host_frame, frame, dst, nbytes))
         self._sends_bytes += nbytes
         _POSTING.add(self)
-        while len(self._sends) > 1 and (self._sends_bytes > self.max_in_flight_bytes
-                                        or len(self._sends) > self.max_in_flight_frames):
+        while len(sends) > 1 and (self._sends_bytes > self.max_in_flight_bytes
+                                  or len(sends) > self.max_in_flight_frames):
             self._finish_oldest_send()
 
     def _new_frame(self, nbytes: int) -> torch.Tensor:
@@ -466,14 +472,20 @@ class TorchDistComm(Comm):
             raise CommError(f"rank {self.rank}: message from rank {src} is longer than the "
                             f"{end} bytes its frame announced")
 
-    def _far_guard(self, lo: int, hi: int) -> np.ndarray:
+    def _far_guard(self, lo: int, hi: int) -> bytes:
         """The guard of bytes ``lo:hi`` of a sized buffer past its first ``FIRST_BUFFER_NBYTES``:
         the first buffer's guard after the header, repeated (random, no byte of the end marker,
         and the same byte at an offset whichever expected size's slot covers it)."""
         period = FIRST_BUFFER_NBYTES - FRAME_HEADER_NBYTES
-        return self._first_guard[FRAME_HEADER_NBYTES + np.arange(lo, hi) % period]
+        out = b""
+        while lo < hi:  # a slice of the guard, or two where the period wraps
+            start = FRAME_HEADER_NBYTES + lo % period
+            take = min(hi - lo, FIRST_BUFFER_NBYTES - start)
+            out += self._first_guard[start: start + take]
+            lo += take
+        return out
 
-    def _sized_buffer(self, sizes) -> _FirstBuffer:
+    def _sized_buffer(self, sizes) -> _RecvBuffer:
         """A new first buffer for a frame that may come whole at one of the expected ``sizes``:
         the first buffer's guard over its first ``FIRST_BUFFER_NBYTES`` bytes (any other first
         message is checked as in the reused buffer), and for each size its end marker's slot and
@@ -482,7 +494,7 @@ class TorchDistComm(Comm):
         top = FRAME_HEADER_NBYTES + max(sizes) + FRAME_END_NBYTES + _CHECKED
         # the payload is handed on as a view: it starts 16-byte aligned, as a body buffer's does,
         # so a decoder may view it as floats of any width
-        buf = _FirstBuffer(self.device, max(FIRST_BUFFER_NBYTES, top), lead=-FRAME_HEADER_NBYTES % 16)
+        buf = _RecvBuffer(self.device, max(FIRST_BUFFER_NBYTES, top), lead=-FRAME_HEADER_NBYTES % 16)
         buf.dirty = 0  # nothing to restore: the buffer is not reused
         buf.write(0, self._first_guard)
         for n in sizes:
@@ -490,13 +502,13 @@ class TorchDistComm(Comm):
             buf.write(lo, self._far_guard(lo, lo + FRAME_END_NBYTES + _CHECKED))
         return buf
 
-    def _recv_first(self, src: int | None, taghash: int, what: str, hbuf: _FirstBuffer | None = None,
+    def _recv_first(self, src: int | None, taghash: int, what: str, hbuf: _RecvBuffer | None = None,
                     srcs: list[int] = ()) -> tuple[int, int, torch.Tensor | None]:
         """A frame's first message from ``src`` (None: from any rank, ``srcs`` the ones the program
         takes from): (source, payload length, the payload if it came with the header)."""
         return self._check_first(src, taghash, what, self._post_first(src, taghash, what, hbuf, srcs))
 
-    def _post_first(self, src: int | None, taghash: int, what: str, hbuf: _FirstBuffer | None = None,
+    def _post_first(self, src: int | None, taghash: int, what: str, hbuf: _RecvBuffer | None = None,
                     srcs: list[int] = ()):
         """Post the receive of a frame's first message: (buffer, expected sizes per source, work)."""
         if src is not None:
@@ -511,7 +523,7 @@ class TorchDistComm(Comm):
             # message writes its own length and no more): after a checked frame its ``end``, else all.
             hbuf = self._hbuf if hbuf is None else hbuf
             dirty, hbuf.dirty = hbuf.dirty, FIRST_BUFFER_NBYTES
-            hbuf.restore(self._first_guard, self._first_guard_addr, dirty)
+            hbuf.restore(self._first_guard, dirty)
         return hbuf, expected, self._post_message(hbuf.tensor, src, what)
 
     def _check_first(self, src: int | None, taghash: int, what: str, posted) -> tuple[int, int, torch.Tensor | None]:
@@ -520,24 +532,25 @@ class TorchDistComm(Comm):
         # meter would count) per check.
         hbuf, expected, work = posted
         got = self._wait_message(work, src, what)
-        n = parse_frame_header(hbuf.read(0, FRAME_HEADER_NBYTES), rank=self.rank, src=got,
-                               taghash=taghash, max_frame_bytes=self.max_frame_bytes)
+        head = hbuf.read(0, FRAME_HEADER_NBYTES)
+        taghash_in, n, magic = unpack_frame_header(head)
+        if magic != FRAME_MAGIC or taghash_in != taghash or n > self.max_frame_bytes:
+            parse_frame_header(head, rank=self.rank, src=got, taghash=taghash,  # raises, saying which
+                               max_frame_bytes=self.max_frame_bytes)
         sized = n == expected.get(got)  # the whole frame, at the size this pair's history expects
         inline = sized or n <= INLINE_MAX_PAYLOAD  # the payload and its end marker came with the header
         end = FRAME_HEADER_NBYTES + (n + FRAME_END_NBYTES if inline else 0)
         tail = hbuf.read(end - FRAME_END_NBYTES, end + _CHECKED)
+        guard = self._far_guard(end, end + _CHECKED) if sized else self._first_guard[end: end + _CHECKED]
         if inline:
             check_frame_end(tail[:FRAME_END_NBYTES], rank=self.rank, src=got, nbytes=n)
-        guard = (self._far_guard(end, end + _CHECKED).tobytes() if sized
-                 else self._first_guard_bytes[end: end + _CHECKED])
         self._check_guard(tail[FRAME_END_NBYTES:], guard, got, end)
         if not sized:
             hbuf.dirty = end
         if not inline:  # the header alone; the body follows
             return got, n, None
-        if sized:  # a buffer of its own: the payload is a view of it (on a GPU, a copy to the host)
-            payload = hbuf.tensor[FRAME_HEADER_NBYTES: FRAME_HEADER_NBYTES + n]
-            return got, n, payload if hbuf.host is not None else payload.cpu()
+        if sized:  # a buffer of its own: the payload is a view of it
+            return got, n, hbuf.payload(FRAME_HEADER_NBYTES, n)
         return got, n, hbuf.take(FRAME_HEADER_NBYTES, n)  # the reused buffer: copied out
 
     def _post_recv_frame(self, src, taghash):
@@ -548,13 +561,13 @@ class TorchDistComm(Comm):
             posted.start()
         return posted
 
-    def _peer_buffer(self, src: int) -> _FirstBuffer:
+    def _peer_buffer(self, src: int) -> _RecvBuffer:
         """The first buffer of ``src``'s posted receives (one posted to the transport at a time)."""
         if src not in self._peer_buffers:
-            self._peer_buffers[src] = _FirstBuffer(self.device)
+            self._peer_buffers[src] = _RecvBuffer(self.device)
         return self._peer_buffers[src]
 
-    def _recv_frame(self, src, taghash, hbuf: _FirstBuffer | None = None):
+    def _recv_frame(self, src, taghash, hbuf: _RecvBuffer | None = None):
         what = f"recv from rank {src}"
         return self._finish_frame(src, taghash, what, self._post_first(src, taghash, what, hbuf))
 
@@ -580,23 +593,18 @@ class TorchDistComm(Comm):
     def _recv_body(self, n: int, src: int) -> torch.Tensor:
         """The payload of ``n`` bytes a checked header announced, in its own message."""
         try:  # the announced size, validated by the header's checks; only now is memory spent on it
-            buf = torch.empty(n + FRAME_END_NBYTES + BODY_SLACK, dtype=torch.uint8, device=self.device)
+            buf = _RecvBuffer(self.device, n + FRAME_END_NBYTES + BODY_SLACK)
         except RuntimeError as e:
             raise CommError(f"rank {self.rank}: cannot allocate {n} bytes for the frame from rank {src} "
                             f"({str(e).splitlines()[0][:120]})") from e
         end = n + FRAME_END_NBYTES
-        tail = np.zeros(FRAME_END_NBYTES + _CHECKED, dtype=np.uint8)  # a short message leaves
-        tail[FRAME_END_NBYTES:] = self._slack_guard  # the marker's slot zero
-        if self.device.type == "cpu":
-            np.copyto(buf.numpy()[n: end + _CHECKED], tail)
-        else:
-            buf[n: end + _CHECKED].copy_(torch.from_numpy(tail))
-        self._recv_message(buf, src, f"recv from rank {src}")
-        got = buf.numpy()[n: end + _CHECKED] if self.device.type == "cpu" else buf[n: end + _CHECKED].cpu().numpy()
-        self._check_guard(got[FRAME_END_NBYTES:].tobytes(), self._first_guard_bytes[-_CHECKED:], src, end)
-        check_frame_end(got[:FRAME_END_NBYTES].tobytes(), rank=self.rank, src=src, nbytes=n)
-        # the payload is a view of the receive buffer (no copy); on a GPU, a copy to the host
-        return buf[:n] if self.device.type == "cpu" else buf[:n].cpu()
+        slack_guard = self._first_guard[-_CHECKED:]
+        buf.write(n, bytes(FRAME_END_NBYTES) + slack_guard)  # a short message leaves the marker's slot zero
+        self._recv_message(buf.tensor, src, f"recv from rank {src}")
+        got = buf.read(n, end + _CHECKED)
+        self._check_guard(got[FRAME_END_NBYTES:], slack_guard, src, end)
+        check_frame_end(got[:FRAME_END_NBYTES], rank=self.rank, src=src, nbytes=n)
+        return buf.payload(0, n)  # a view of the receive buffer (no copy)
 
     def _all_gather_raw(self, data):
         self._flush_sends()  # a synchronisation point: every send posted before it has completed
