@@ -433,6 +433,26 @@ def test_a_broadcast_is_metered_as_sent_to_the_peers_as_a_whole():
     assert keys[1] == {(2, 1, "received", "broadcast")}
 
 
+def test_point_to_point_is_metered_per_peer_and_tag():
+    # rank 0 sends to both peers under one tag and receives from both under another: each peer
+    # is its own flow, with its own bytes (the Comm keeps one flow object per peer and tag)
+    def prog(comm):
+        if comm.rank == 0:
+            comm.send(torch.zeros(3, dtype=torch.uint8), 1, "t")
+            comm.send(torch.zeros(5, dtype=torch.uint8), 2, "t")
+            comm.recv(1, "u")
+            comm.recv(2, "u")
+        else:
+            comm.recv(0, "t")
+            comm.send(torch.zeros(7 * comm.rank, dtype=torch.uint8), 0, "u")
+        return comm.meter.snapshot().to_rows()
+
+    rows = run_threads(3, prog, timeout_s=30)
+    flows = {(r["src"], r["dst"], r["direction"], r["tag"], r["op"]): (r["bytes"], r["messages"]) for r in rows[0]}
+    assert flows == {(0, 1, "sent", "t", "send"): (3, 1), (0, 2, "sent", "t", "send"): (5, 1),
+                     (1, 0, "received", "u", "recv"): (7, 1), (2, 0, "received", "u", "recv"): (14, 1)}
+
+
 def _sends_to_a_peer_that_left(comm):
     comm.barrier()
     if comm.rank == 1:

@@ -17,11 +17,14 @@ import torch
 from hypothesis import example, given
 from hypothesis import strategies as st
 
+from harness.comm.base import FRAME_HEADER_NBYTES
 from harness.comm.torchdist import (
+    FIRST_BUFFER_NBYTES,
     INLINE_MAX_PAYLOAD,
     MAX_IN_FLIGHT_FRAMES,
     SIZED_MIN_PAYLOAD,
     SPARE_FRAMES,
+    _far_guard,
     _SizeHistory,
 )
 
@@ -147,6 +150,21 @@ _SEQUENCES = (
     [P, P, P, P, 3 * P, 3 * P, 3 * P, 5, P, P, P],
     [P + 1, P + 1, P, P, P, INLINE_MAX_PAYLOAD + 1, INLINE_MAX_PAYLOAD + 1, INLINE_MAX_PAYLOAD + 1, P, P, 0, P, P, P],
 )
+
+
+# a guard whose every byte tells its offset apart (mod 251, prime to the period): a wrong slice shows
+_GUARD = bytes(i % 251 for i in range(FIRST_BUFFER_NBYTES))
+_PERIOD = FIRST_BUFFER_NBYTES - FRAME_HEADER_NBYTES
+
+
+@given(periods=st.integers(1, 40), before=st.integers(0, 40), width=st.integers(0, 40))
+@example(periods=1, before=1, width=2)  # the last byte of a period, then the first of the next
+def test_the_far_guard_repeats_the_first_guard_after_the_header(periods, before, width):
+    # a sized buffer's guard slots far past the first buffer: the closed form, byte by byte, near
+    # where the period wraps (``before`` bytes ahead of a multiple of it)
+    lo = FIRST_BUFFER_NBYTES + periods * _PERIOD - before
+    want = bytes(_GUARD[FRAME_HEADER_NBYTES + i % _PERIOD] for i in range(lo, lo + width))
+    assert _far_guard(_GUARD, lo, lo + width) == want
 
 
 @pytest.mark.gloo

@@ -118,29 +118,30 @@ def test_send_refuses_a_message_above_the_maximum_frame_size():
 # serves all cases.  A frame of up to INLINE_MAX_PAYLOAD bytes is one message (header,
 # payload, end marker); a larger one is the header, then the body.
 _BIG = INLINE_MAX_PAYLOAD + 1
-_GLOO_CASES = (
-    ("short header", [_header(3)[:10]]),
-    ("header one byte short (a guard byte must not complete the magic)", [_header(_BIG)[:13]]),
-    ("oversize", [_header(2**40)]),
-    ("bad magic", [_header(3, magic=b"ab") + b"abc" + FRAME_END]),
-    ("inline frame without its payload", [_header(3)]),
-    ("short inline frame", [_header(300) + bytes(100) + FRAME_END]),
-    ("short inline frame by one byte", [_header(3) + b"abc" + FRAME_END[:1]]),
-    ("inline frame without an end marker", [_header(3) + b"abcde"]),
-    ("long inline frame by one byte", [_header(3) + b"abc" + FRAME_END + b"\x00"]),
+_GLOO_CASES = (  # (name, raw messages, what rank 0's CommError must say)
+    ("short header", [_header(3)[:10]], "malformed frame header"),
+    ("header one byte short (a guard byte must not complete the magic)", [_header(_BIG)[:13]], "malformed frame header"),
+    ("oversize", [_header(2**40)], "more than the maximum frame size"),
+    ("another tag", [_header(3, tag="grad") + b"abc" + FRAME_END], "another tag"),
+    ("bad magic", [_header(3, magic=b"ab") + b"abc" + FRAME_END], "malformed frame header"),
+    ("inline frame without its payload", [_header(3)], "shorter than"),
+    ("short inline frame", [_header(300) + bytes(100) + FRAME_END], "shorter than"),
+    ("short inline frame by one byte", [_header(3) + b"abc" + FRAME_END[:1]], "shorter than"),
+    ("inline frame without an end marker", [_header(3) + b"abcde"], "shorter than"),
+    ("long inline frame by one byte", [_header(3) + b"abc" + FRAME_END + b"\x00"], "longer than"),
     # extra bytes equal to what a fixed guard would be: the guard is random, so still caught
-    ("long inline frame of 0xA5", [_header(3) + b"abc" + FRAME_END + bytes([0xA5] * 8)]),
+    ("long inline frame of 0xA5", [_header(3) + b"abc" + FRAME_END + bytes([0xA5] * 8)], "longer than"),
     ("inline frame filling the first buffer, the most gloo lets us see",
-     [_header(3) + b"abc" + FRAME_END + bytes(FIRST_BUFFER_NBYTES - 19)]),
-    ("a body where a header is due", [b"abc" * 100 + FRAME_END]),
+     [_header(3) + b"abc" + FRAME_END + bytes(FIRST_BUFFER_NBYTES - 19)], "longer than"),
+    ("a body where a header is due", [b"abc" * 100 + FRAME_END], "malformed frame header"),
     # refused at the header: its body is never sent
-    ("long header of a large frame", [_header(_BIG) + b"\x01\x02\x03"]),
-    ("long header of a large frame, of 0xA5", [_header(_BIG) + bytes([0xA5] * 8)]),
-    ("short body", [_header(_BIG), bytes(_BIG - 1) + FRAME_END]),
-    ("long body", [_header(_BIG), bytes(_BIG) + FRAME_END + bytes(BODY_SLACK)]),  # the most gloo lets us see
-    ("body without an end marker", [_header(_BIG), bytes(_BIG + 2)]),
-    ("long body of 0xA5", [_header(_BIG), bytes(_BIG) + FRAME_END + bytes([0xA5] * 8)]),
-    ("long body by one byte", [_header(_BIG), bytes(_BIG) + FRAME_END + b"\x00"]),
+    ("long header of a large frame", [_header(_BIG) + b"\x01\x02\x03"], "longer than"),
+    ("long header of a large frame, of 0xA5", [_header(_BIG) + bytes([0xA5] * 8)], "longer than"),
+    ("short body", [_header(_BIG), bytes(_BIG - 1) + FRAME_END], "shorter than"),
+    ("long body", [_header(_BIG), bytes(_BIG) + FRAME_END + bytes(BODY_SLACK)], "longer than"),  # the most gloo lets us see
+    ("body without an end marker", [_header(_BIG), bytes(_BIG + 2)], "shorter than"),
+    ("long body of 0xA5", [_header(_BIG), bytes(_BIG) + FRAME_END + bytes([0xA5] * 8)], "longer than"),
+    ("long body by one byte", [_header(_BIG), bytes(_BIG) + FRAME_END + b"\x00"], "longer than"),
 )
 
 
@@ -165,7 +166,7 @@ def _forge_each(comm, cases: list[list[bytes]]) -> list[str]:
 
 
 def _gloo_hostile(comm):
-    out = _forge_each(comm, [messages for _, messages in _GLOO_CASES])
+    out = _forge_each(comm, [messages for _, messages, _ in _GLOO_CASES])
     # the Comm still works afterwards: well-formed frames, empty, inline (up to the largest) and
     # large, all held at once by the receiver (an inline payload must not share the reused buffer)
     frames = [(torch.arange(k) % 251).to(torch.uint8) for k in (0, 5, INLINE_MAX_PAYLOAD, _BIG, 3)]
@@ -208,8 +209,8 @@ def test_the_first_buffer_guard_never_reads_as_an_end_marker_or_a_magic():
 @pytest.mark.gloo
 def test_gloo_malformed_frames_are_comm_errors_not_aborts():
     res = run_gloo(2, _gloo_hostile, timeout_s=30)[0]
-    for (name, _), msg in zip(_GLOO_CASES, res, strict=False):
-        assert "rank 1" in msg and "rank 0" in msg, (name, msg)
+    for (name, _, says), msg in zip(_GLOO_CASES, res, strict=False):
+        assert "rank 1" in msg and "rank 0" in msg and says in msg, (name, msg)
     assert res[len(_GLOO_CASES):] == [[True] * 5, True]
 
 

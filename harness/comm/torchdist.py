@@ -197,6 +197,20 @@ def _first_buffer_guard() -> bytes:
     return g.tobytes()
 
 
+def _far_guard(guard: bytes, lo: int, hi: int) -> bytes:
+    """The guard of bytes ``lo:hi`` of a sized buffer past its first ``FIRST_BUFFER_NBYTES``: the
+    first buffer's ``guard`` after the header, repeated (random, no byte of the end marker, and
+    the same byte at an offset whichever expected size's slot covers it)."""
+    period = FIRST_BUFFER_NBYTES - FRAME_HEADER_NBYTES
+    out = b""
+    while lo < hi:  # a slice of the guard, or two where the period wraps
+        start = FRAME_HEADER_NBYTES + lo % period
+        take = min(hi - lo, FIRST_BUFFER_NBYTES - start)
+        out += guard[start: start + take]
+        lo += take
+    return out
+
+
 class _RecvBuffer:
     """A receive buffer, read and written in place by address on the host (``ctypes``: for the
     few bytes a check touches, a tensor or numpy view costs more than the copy), and how many of
@@ -472,24 +486,11 @@ class TorchDistComm(Comm):
             raise CommError(f"rank {self.rank}: message from rank {src} is longer than the "
                             f"{end} bytes its frame announced")
 
-    def _far_guard(self, lo: int, hi: int) -> bytes:
-        """The guard of bytes ``lo:hi`` of a sized buffer past its first ``FIRST_BUFFER_NBYTES``:
-        the first buffer's guard after the header, repeated (random, no byte of the end marker,
-        and the same byte at an offset whichever expected size's slot covers it)."""
-        period = FIRST_BUFFER_NBYTES - FRAME_HEADER_NBYTES
-        out = b""
-        while lo < hi:  # a slice of the guard, or two where the period wraps
-            start = FRAME_HEADER_NBYTES + lo % period
-            take = min(hi - lo, FIRST_BUFFER_NBYTES - start)
-            out += self._first_guard[start: start + take]
-            lo += take
-        return out
-
     def _sized_buffer(self, sizes) -> _RecvBuffer:
         """A new first buffer for a frame that may come whole at one of the expected ``sizes``:
         the first buffer's guard over its first ``FIRST_BUFFER_NBYTES`` bytes (any other first
         message is checked as in the reused buffer), and for each size its end marker's slot and
-        the slack after it guarded (:meth:`_far_guard`).  The rest is never read: a frame of an
+        the slack after it guarded (:func:`_far_guard`).  The rest is never read: a frame of an
         expected size ends where its slot is, and any other first message ends in the first bytes."""
         top = FRAME_HEADER_NBYTES + max(sizes) + FRAME_END_NBYTES + _CHECKED
         # the payload is handed on as a view: it starts 16-byte aligned, as a body buffer's does,
@@ -499,7 +500,7 @@ class TorchDistComm(Comm):
         buf.write(0, self._first_guard)
         for n in sizes:
             lo = FRAME_HEADER_NBYTES + n
-            buf.write(lo, self._far_guard(lo, lo + FRAME_END_NBYTES + _CHECKED))
+            buf.write(lo, _far_guard(self._first_guard, lo, lo + FRAME_END_NBYTES + _CHECKED))
         return buf
 
     def _recv_first(self, src: int | None, taghash: int, what: str, hbuf: _RecvBuffer | None = None,
@@ -541,7 +542,7 @@ class TorchDistComm(Comm):
         inline = sized or n <= INLINE_MAX_PAYLOAD  # the payload and its end marker came with the header
         end = FRAME_HEADER_NBYTES + (n + FRAME_END_NBYTES if inline else 0)
         tail = hbuf.read(end - FRAME_END_NBYTES, end + _CHECKED)
-        guard = self._far_guard(end, end + _CHECKED) if sized else self._first_guard[end: end + _CHECKED]
+        guard = _far_guard(self._first_guard, end, end + _CHECKED) if sized else self._first_guard[end: end + _CHECKED]
         if inline:
             check_frame_end(tail[:FRAME_END_NBYTES], rank=self.rank, src=got, nbytes=n)
         self._check_guard(tail[FRAME_END_NBYTES:], guard, got, end)
