@@ -19,6 +19,13 @@ unpaced Comm across the veths, and before a contestant's turn each rank sets its
 ``tc tbf`` to that contestant's rate, or takes it off (``unshaped``, ``one micro-batch``: compute
 and transport over the unshaped veths).
 
+Before each contestant's turn both ranks run one untimed unshaped step on a copy of the stages
+kept for it, so every timed step starts from the same state: a busy one, as in a run whose steps
+follow each other.  Without it, the contestant after a link-bound one (whose step mostly waits
+for the link) started cold: on a 2-core VM the 80 Mbit/s step read 1.13 of its bound when it
+followed the 10 Mbit/s one every round, and 1.01 with no link-bound contestant before it
+(``benchmarks/results/paced-warm/``).
+
 Per round, the shaped step is divided by two bounds taken from the same round:
 
 * ``max(compute, busier direction)``: 1.0 is a link busy the whole step or a compute that
@@ -99,10 +106,24 @@ def _rank(rank: int, port: int, cfg, rates: dict[str, float], net: dict | None, 
     wire = _wire_codec(cfg.torch_dtype)
     codecs = LinkCodecs(forward=wire, backward=wire)
     runs = {}
-    for name in names:
+    for name in [*names, "warm"]:
         stage = build_stage(cfg.model, seed=cfg.seed, num_stages=2, stage_index=rank, cut=p.cut,
                             dtype=cfg.torch_dtype)
         runs[name] = (stage, _optimizer(stage.parameters(), p))
+
+    def warm(x: torch.Tensor, y: torch.Tensor) -> None:
+        """One untimed unshaped step on the stages kept for it (module docstring)."""
+        nonlocal shaped_now
+        plain.barrier()  # the last contestant's sends have left, through its shaping
+        if net is not None and shaped_now is not None:
+            shaped_now = None
+            shape(ifname, None)
+            plain.barrier()  # both ends unshaped
+        stage, opt = runs["warm"]
+        opt.zero_grad(set_to_none=True)
+        pipeline_step(plain, stage, x, y, M, codecs, "gpipe")
+        opt.step()
+
     wall = {n: [] for n in names}
     ticks = {n: {"main": 0, "gloo": 0, "other": 0} for n in names}
     # shaped contestant -> wire bytes per step of one direction: with the pacer this rank's uplink
@@ -116,6 +137,7 @@ def _rank(rank: int, port: int, cfg, rates: dict[str, float], net: dict | None, 
             comm = comms[name]
             one = name == "one micro-batch"
             x, y, m = (ids[: len(ids) // M], labels[: len(ids) // M], 1) if one else (ids, labels, M)
+            warm(ids, labels)
             comm.barrier()  # no send of another contestant left in flight
             if net is not None and egress[name] != shaped_now:
                 shaped_now = egress[name]
@@ -209,6 +231,9 @@ def main() -> None:
               f"| {quartiles([s / c for s, c in zip(shaped, compute, strict=True)])} "
               f"| {quartiles([s / max(c, fwd, bwd) for s, c in zip(shaped, compute, strict=True)])} "
               f"| {quartiles([s / max(c, f + fwd + bwd) for s, c, f in zip(shaped, compute, fill, strict=True)])} |")
+        if statistics.median(s / max(c, f + fwd + bwd) for s, c, f in zip(shaped, compute, fill, strict=True)) < 0.95:
+            print(f"  {r}: the step took less than the link allows: it was not shaped the whole step "
+                  "(a measurement fault, not a result)")
     same = len(set(shas.values())) == 1
     print(f"params_sha256 of every contestant on the whole batch: {next(iter(shas.values())) if same else shas} "
           f"({'equal' if same else 'DIFFER'})")
