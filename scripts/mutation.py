@@ -88,6 +88,14 @@ PROFILES: dict[str, tuple[list[str], list[str]]] = {
         ["harness/comm/byte_meter.py"],
         ["checks/test_comm.py"],
     ),
+    # the Comm's per-message bookkeeping that runs in the checks' own process: the progress
+    # board's marks and beats, the meter's flow per peer and tag, a sized buffer's far guard.
+    # Run it with --mutants naming those (checks/MUTATION.md): the rest of base.py and
+    # torchdist.py is reached through spawned gloo ranks, which mutmut cannot follow.
+    "comm-per-message": (
+        ["harness/comm/progress_board.py", "harness/comm/base.py", "harness/comm/torchdist.py"],
+        ["checks/test_comm.py", "checks/test_faults_inprocess.py", "checks/test_comm_sized_frames.py"],
+    ),
     # the pretrained task: prompt encoding of the causal LM, held-out accuracy and its head
     "prompt-heldout": (
         ["harness/models/prompt.py", "harness/heldout.py"],
