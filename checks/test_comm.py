@@ -445,12 +445,26 @@ def test_point_to_point_is_metered_per_peer_and_tag():
         else:
             comm.recv(0, "t")
             comm.send(torch.zeros(7 * comm.rank, dtype=torch.uint8), 0, "u")
-        return comm.meter.snapshot().to_rows()
+        snap = comm.meter.snapshot()
+        return snap.to_rows(), snap.framing_bytes
 
-    rows = run_threads(3, prog, timeout_s=30)
-    flows = {(r["src"], r["dst"], r["direction"], r["tag"], r["op"]): (r["bytes"], r["messages"]) for r in rows[0]}
+    (rows, framing), *_ = run_threads(3, prog, timeout_s=30)
+    assert framing == 4 * FRAME_HEADER_BYTES  # two frames sent, two received
+    flows = {(r["src"], r["dst"], r["direction"], r["tag"], r["op"]): (r["bytes"], r["messages"]) for r in rows}
     assert flows == {(0, 1, "sent", "t", "send"): (3, 1), (0, 2, "sent", "t", "send"): (5, 1),
                      (1, 0, "received", "u", "recv"): (7, 1), (2, 0, "received", "u", "recv"): (14, 1)}
+
+
+def test_injected_latency_is_paid_once_per_message_by_the_sender(monkeypatch):
+    import harness.comm.base as base
+
+    slept = []
+    monkeypatch.setattr(base.time, "sleep", slept.append)
+    world = ThreadsWorld(2, timeout_s=5.0)
+    comm = world.comm(0, latency_ms=7.0)
+    comm.send(torch.zeros(3, dtype=torch.uint8), 1)
+    comm.send(torch.zeros(3, dtype=torch.uint8), 1)
+    assert slept == [0.007, 0.007]
 
 
 def _sends_to_a_peer_that_left(comm):

@@ -57,6 +57,7 @@ _size = st.sampled_from([0, 7, INLINE_MAX_PAYLOAD, INLINE_MAX_PAYLOAD + 1, P - 1
 @given(sizes=st.lists(_size, max_size=12), other=st.lists(_size, max_size=6))
 @example(sizes=[P, P, P, P - 1, P, P, 3 * P, 3 * P, 3 * P, P + 1], other=[P, P, P, P - 1])
 @example(sizes=[P + 9, P + 9, 7, P + 9, P + 9, P + 9], other=[P + 9, P + 9, P + 9])
+@example(sizes=[P, 7], other=[7])  # a small frame on a pair that never had a large one, while another has
 def test_the_size_history_expects_what_the_rule_says_per_peer_and_tag(sizes, other):
     h = _SizeHistory()
     got = []

@@ -285,3 +285,19 @@ def test_a_timed_out_collective_is_named_in_the_error(op):
     with pytest.raises(RankFailed) as info:
         run_threads(2, prog, timeout_s=0.3)
     assert f"rank 0: {op} timed out after 0.3 s" in str(info.value)
+
+
+def test_a_rank_that_joined_its_group_is_computing_with_its_heartbeat_kept(monkeypatch):
+    # rendezvous (harness.rank_entry): waiting, beating, then in the group: computing with no
+    # communication boundary yet, and the heartbeat the joining left in its slot untouched
+    from types import SimpleNamespace
+
+    from harness.comm.progress_board import COMPUTING
+    from harness.rank_entry import rendezvous
+
+    monkeypatch.setenv("RANK", "1")
+    board = ProgressBoard.in_memory(2)
+    rendezvous(SimpleNamespace(world_size=2), board, join=lambda: None)
+    beat, boundary, state = board._read(1)
+    assert beat > 0 and boundary == 0.0 and state == COMPUTING
+    assert board._read(0) == (0.0, 0.0, 0.0)

@@ -218,3 +218,19 @@ def test_the_paced_benchmark_meters_a_steps_wire_bytes_and_ends_where_the_engine
     assert per_message == int(per_message)
     assert wire["shaped 80mbit"] == (4 * _wire(int(per_message), 16),) * 2
     assert all(len(s) == 2 for s in step.values()) and threads.keys() == step.keys()
+
+
+def test_a_paced_receive_charges_the_downlink_a_frames_wire_bytes():
+    # Two frames arriving at once: the second waits while the downlink carries the first, for
+    # exactly its wire bytes (payload, framing, per-segment headers: the closed form of
+    # pacer.wire_bytes) at the rate.  A fake clock, so no time passes between them.
+    from harness.comm import FRAME_HEADER_BYTES, ThreadsWorld
+
+    comm = ThreadsWorld(2, timeout_s=5.0).comm(0)
+    slept = []
+    comm.pacer = LinkPacer(8e6, burst_bytes=0, clock=lambda: 100.0, sleep=slept.append)
+    n = 5000
+    for _ in range(2):
+        comm._received(1, "t", torch.zeros(n, dtype=torch.uint8))
+    segments = math.ceil((n + FRAME_HEADER_BYTES) / 1448)
+    assert slept == [pytest.approx((n + FRAME_HEADER_BYTES + 66 * segments) / 1e6, rel=1e-12)]

@@ -94,7 +94,8 @@ PROFILES: dict[str, tuple[list[str], list[str]]] = {
     # torchdist.py is reached through spawned gloo ranks, which mutmut cannot follow.
     "comm-per-message": (
         ["harness/comm/progress_board.py", "harness/comm/base.py", "harness/comm/torchdist.py"],
-        ["checks/test_comm.py", "checks/test_faults_inprocess.py", "checks/test_comm_sized_frames.py"],
+        ["checks/test_comm.py", "checks/test_faults_inprocess.py", "checks/test_comm_sized_frames.py",
+         "checks/test_pacer.py", "checks/test_wire_hostile.py", "-k", "not paced_benchmark"],
     ),
     # the pretrained task: prompt encoding of the causal LM, held-out accuracy and its head
     "prompt-heldout": (
