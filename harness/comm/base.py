@@ -95,11 +95,6 @@ def pack_frame_header(nbytes: int, taghash: int) -> bytes:
     return _FRAME_HEADER.pack(taghash, nbytes, FRAME_MAGIC)
 
 
-#: (tag hash, payload length, magic) of a header, unchecked: a receiver's per-message fast path,
-#: which calls ``parse_frame_header`` to say what is wrong when a field is not as expected.
-unpack_frame_header = _FRAME_HEADER.unpack
-
-
 def parse_frame_header(raw: bytes, *, rank: int, src: int, taghash: int, max_frame_bytes: int) -> int:
     """The payload length announced by a received header, or CommError naming the peer."""
     if len(raw) != FRAME_HEADER_NBYTES:
@@ -305,8 +300,7 @@ class Comm(ABC):
             raise CommError(f"rank {self.rank}: message of {n} bytes to rank {dst} exceeds "
                             f"the maximum frame size {self.max_frame_bytes} (raise it with "
                             f"--max-frame-bytes or --set max_frame_bytes=...)")
-        if self.latency_s:
-            self._delay(1)
+        self._delay(1)
         release = None if self.pacer is None else self.pacer.outgoing_release(wire_bytes(n, FRAME_HEADER_BYTES))
         if release is not None and (release > self.pacer.clock() or not self._sender_idle()):
             # the link delays the bytes, not the caller: the sender thread posts them at release
@@ -401,8 +395,7 @@ class Comm(ABC):
 
     def _received(self, src: int, tag: str, data: torch.Tensor) -> torch.Tensor:
         n = data.numel()
-        if self.pacer is not None:
-            self.pacer.incoming(wire_bytes(n, FRAME_HEADER_BYTES))
+        self._pace("incoming", n, FRAME_HEADER_BYTES)
         self.meter.record(self._received_flow(src, tag), n, framing=FRAME_HEADER_BYTES)
         return data
 

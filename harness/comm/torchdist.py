@@ -97,7 +97,6 @@ from .base import (
     check_frame_end,
     pack_frame_header,
     parse_frame_header,
-    unpack_frame_header,
 )
 from .progress_board import Heartbeat
 
@@ -170,15 +169,12 @@ class _SizeHistory:
         self._last: dict[tuple[int, int], tuple[int, bool]] = {}
 
     def expected(self, peer: int, taghash: int) -> int | None:
-        if not self._last:  # no large frame yet: the common case of small messages, per message
-            return None
         last = self._last.get((peer, taghash))
         return last[0] if last is not None and last[1] else None
 
     def record(self, peer: int, taghash: int, n: int) -> None:
         if n < SIZED_MIN_PAYLOAD:
-            if self._last:
-                self._last.pop((peer, taghash), None)
+            self._last.pop((peer, taghash), None)
         else:
             last = self._last.get((peer, taghash))
             self._last[(peer, taghash)] = (n, last is not None and last[0] == n)
@@ -420,12 +416,11 @@ class TorchDistComm(Comm):
                       self._pg.send([frame[FRAME_HEADER_NBYTES:]], dst, 0)])
         except Exception as e:
             raise _backend_error(self.rank, f"send to rank {dst}", e) from e
-        sends = self._sends
-        sends.append(_Posted(works, host_frame, frame, dst, nbytes))
+        self._sends.append(_Posted(works, host_frame, frame, dst, nbytes))
         self._sends_bytes += nbytes
         _POSTING.add(self)
-        while len(sends) > 1 and (self._sends_bytes > self.max_in_flight_bytes
-                                  or len(sends) > self.max_in_flight_frames):
+        while len(self._sends) > 1 and (self._sends_bytes > self.max_in_flight_bytes
+                                        or len(self._sends) > self.max_in_flight_frames):
             self._finish_oldest_send()
 
     def _new_frame(self, nbytes: int) -> torch.Tensor:
@@ -533,11 +528,8 @@ class TorchDistComm(Comm):
         # meter would count) per check.
         hbuf, expected, work = posted
         got = self._wait_message(work, src, what)
-        head = hbuf.read(0, FRAME_HEADER_NBYTES)
-        taghash_in, n, magic = unpack_frame_header(head)
-        if magic != FRAME_MAGIC or taghash_in != taghash or n > self.max_frame_bytes:
-            parse_frame_header(head, rank=self.rank, src=got, taghash=taghash,  # raises, saying which
-                               max_frame_bytes=self.max_frame_bytes)
+        n = parse_frame_header(hbuf.read(0, FRAME_HEADER_NBYTES), rank=self.rank, src=got,
+                               taghash=taghash, max_frame_bytes=self.max_frame_bytes)
         sized = n == expected.get(got)  # the whole frame, at the size this pair's history expects
         inline = sized or n <= INLINE_MAX_PAYLOAD  # the payload and its end marker came with the header
         end = FRAME_HEADER_NBYTES + (n + FRAME_END_NBYTES if inline else 0)
