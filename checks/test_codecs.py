@@ -1505,7 +1505,7 @@ def test_raw_bytes_shorter_than_asked_are_refused_not_read_past():
        st.integers(0, 40), st.integers(0, 9), st.booleans())
 def test_raw_values_read_at_an_offset_are_numpys_and_a_short_body_is_refused(seed, name, count,
                                                                             offset, short):
-    """``from_raw_bytes(b, dtype, count, offset, shape)`` reads the values at ``b[offset:]`` as
+    """``from_raw_bytes(b, dtype, shape, offset)`` reads the values at ``b[offset:]`` as
     numpy's little-endian ``frombuffer`` does, in ``shape``; a buffer that ends before the last
     value is a CodecError, whatever the offset, never a read past its end."""
     from algorithms.codecs._core import from_raw_bytes
@@ -1518,9 +1518,9 @@ def test_raw_values_read_at_an_offset_are_numpys_and_a_short_body_is_refused(see
     if short and count:
         with pytest.raises(CodecError, match=f"truncated body: {nbytes - offset} bytes, "
                                              f"{count * width} needed"):
-            from_raw_bytes(raw, dtype, count, offset=offset, shape=shape)
+            from_raw_bytes(raw, dtype, shape, offset=offset)
         return
-    got = from_raw_bytes(raw, dtype, count, offset=offset, shape=shape)
+    got = from_raw_bytes(raw, dtype, shape, offset=offset)
     want = np.frombuffer(raw.numpy().tobytes(), dtype=np.dtype(name).newbyteorder("<"),
                          count=count, offset=offset).reshape(shape)
     assert got.shape == shape and got.dtype == dtype
@@ -1534,7 +1534,7 @@ def test_raw_values_above_the_copy_by_address_bound_are_read_at_their_offset():
     count = COPY_BY_ADDRESS_MAX // 4 + 1
     x = torch.randn(count, generator=torch.Generator().manual_seed(1))
     raw = torch.cat([torch.tensor([7, 7, 7], dtype=torch.uint8), x.view(torch.uint8)])
-    assert torch.equal(from_raw_bytes(raw, torch.float32, count, offset=3, shape=(count, 1)),
+    assert torch.equal(from_raw_bytes(raw, torch.float32, (count, 1), offset=3),
                        x.reshape(count, 1))
 
 

@@ -520,11 +520,12 @@ def write_raw(out: torch.Tensor, offset: int, x: torch.Tensor) -> None:
         out[offset:].copy_(raw_bytes(x))
 
 
-def from_raw_bytes(b: torch.Tensor, dtype: torch.dtype, count: int, offset: int = 0,
-                   shape: tuple[int, ...] | None = None) -> torch.Tensor:
-    """Inverse of :func:`raw_bytes` on ``b[offset:]`` (copies, so the result is aligned);
-    ``shape``: the result's, when not 1-D (``count`` elements in all)."""
-    shape = (count,) if shape is None else shape
+def from_raw_bytes(b: torch.Tensor, dtype: torch.dtype, shape: int | tuple[int, ...],
+                   offset: int = 0) -> torch.Tensor:
+    """Inverse of :func:`raw_bytes` on ``b[offset:]`` (copies, so the result is aligned): the
+    values of a tensor of ``shape`` (an int: that many, 1-D)."""
+    shape = (shape,) if isinstance(shape, int) else tuple(shape)
+    count = math.prod(shape)
     size = dtype.itemsize
     nbytes = count * size
     if b.numel() - offset < nbytes:

@@ -105,5 +105,5 @@ class DenseCodec(Codec):
             raise CodecError(f"corrupted header: unknown transmit dtype code {code}")
         send = CODE_DTYPES[code]
         check_body_length(data, hdr, hdr.numel * send.itemsize)
-        vals = from_raw_bytes(data, send, hdr.numel, offset=hdr.nbytes, shape=hdr.shape)
+        vals = from_raw_bytes(data, send, hdr.shape, offset=hdr.nbytes)
         return vals if send == hdr.dtype else vals.to(hdr.dtype)
