@@ -215,8 +215,7 @@ class Comm(ABC):
         self._sender: PacedSender | None = None  # started by the first paced send
         self._posted: dict[int, deque[PostedRecv]] = {}  # per peer, oldest first
         self._waiting_mark = _Waiting(self)
-        self._sent_flows: dict[tuple[int, str], Flow] = {}  # the meter's flows per (peer, tag)
-        self._received_flows: dict[tuple[int, str], Flow] = {}
+        self._p2p_flows: dict[tuple[str, int, str], Flow] = {}  # per (direction, peer, tag)
 
     # ---- raw primitives -------------------------------------------------
     @abstractmethod
@@ -308,20 +307,17 @@ class Comm(ABC):
         else:  # unshaped, or covered by the bucket behind an idle sender: it leaves now, from here,
             with self._waiting():  # as through tbf (no hop through the sender thread)
                 self._send_frame(data.contiguous(), dst, tag_hash(tag))
-        self.meter.record(self._sent_flow(dst, tag), n, framing=FRAME_HEADER_BYTES)
+        self.meter.record(self._p2p_flow("sent", dst, tag), n, framing=FRAME_HEADER_BYTES)
 
-    # The meter's flow of each (peer, tag), made once: a named tuple's constructor is Python
-    # code, and these run on every message.
-    def _sent_flow(self, dst: int, tag: str) -> Flow:
-        flow = self._sent_flows.get((dst, tag))
+    def _p2p_flow(self, direction: str, peer: int, tag: str) -> Flow:
+        """The meter's flow of the frames ``direction`` ("sent" or "received") ``peer`` under
+        ``tag``, made once: a named tuple's constructor is Python code, and this runs on every
+        message."""
+        flow = self._p2p_flows.get((direction, peer, tag))
         if flow is None:
-            flow = self._sent_flows[dst, tag] = Flow(self.rank, dst, "sent", tag, "send")
-        return flow
-
-    def _received_flow(self, src: int, tag: str) -> Flow:
-        flow = self._received_flows.get((src, tag))
-        if flow is None:
-            flow = self._received_flows[src, tag] = Flow(src, self.rank, "received", tag, "recv")
+            ends = (self.rank, peer) if direction == "sent" else (peer, self.rank)
+            flow = Flow(*ends, direction, tag, "send" if direction == "sent" else "recv")
+            self._p2p_flows[direction, peer, tag] = flow
         return flow
 
     def _close_sends(self) -> None:
@@ -396,7 +392,7 @@ class Comm(ABC):
     def _received(self, src: int, tag: str, data: torch.Tensor) -> torch.Tensor:
         n = data.numel()
         self._pace("incoming", n, FRAME_HEADER_BYTES)
-        self.meter.record(self._received_flow(src, tag), n, framing=FRAME_HEADER_BYTES)
+        self.meter.record(self._p2p_flow("received", src, tag), n, framing=FRAME_HEADER_BYTES)
         return data
 
     def recv_any(self, srcs: list[int], tag: str = "") -> tuple[int, torch.Tensor]:
