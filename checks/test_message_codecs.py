@@ -431,6 +431,27 @@ def test_each_header_defect_is_named_in_the_error(name, edit, message):
         decode(bad)
 
 
+@pytest.mark.parametrize("spec", ["sparse", "sparse:bits=8", "qchannel:bits=4"])
+@pytest.mark.parametrize("fmt", [3, 4, 255])
+def test_a_positions_format_the_codec_does_not_offer_is_refused(spec, fmt):
+    """``sparse`` and ``qchannel`` headers name one of dense, bitmap and coo (codes 0-2); any
+    other code is a CodecError, including 3, Elias–Fano, which the shared positions code writes
+    for sparse-qstoch only."""
+    x = torch.tensor([0.0, 3.0, 0.0, -2.0, 0.0, 0.0, 1.0, 0.0])
+    from algorithms.codecs._core import parse_header
+
+    if spec == "sparse:bits=8":
+        x = x.to(torch.int32)
+    p = make_codec(spec).encode(x, generator=gen(0))
+    h0 = parse_header(p.data).nbytes
+    raw = bytearray(p.tobytes())
+    raw[6 + 4 + 2] = fmt  # the parameter block after a 1-D shape: (bits, flags, format, k)
+    struct.pack_into("<I", raw, h0 - 8, zlib.crc32(bytes(raw[h0:])))  # the body CRC
+    struct.pack_into("<I", raw, h0 - 4, zlib.crc32(bytes(raw[: h0 - 4])))  # the header CRC
+    with pytest.raises(CodecError, match=rf"^corrupted header: unknown sparse format code {fmt}$"):
+        decode(Payload(torch.frombuffer(raw, dtype=torch.uint8)))
+
+
 def test_truncated_and_overlong_payloads_say_by_how_much():
     p = make_codec("identity").encode(torch.arange(6, dtype=torch.float32))
     n, h0 = p.nbytes, _dense_h0(1)

@@ -1,7 +1,8 @@
 """Sparse body layout (dense / bitmap / index list), shared by the sparse codecs and ``qchannel``.
 
 A body carries ``k`` selected entries of a flat tensor of ``n`` elements, each
-value ``vb`` bits wide, in one of three formats (its code is in the header):
+value ``vb`` bits wide, in one of three formats (its code is in the header; sparse-qstoch
+also writes its positions in a fourth, Elias–Fano, ``FMT_EF``):
 
 ========  ====  =========================================  ===============================
 format    code  positions section                          values section
@@ -30,6 +31,7 @@ import struct
 import numpy as np
 import torch
 
+from . import elias_fano
 from ._core import (
     INT_DTYPES,
     CodecError,
@@ -44,6 +46,9 @@ from ._core import (
 from .bitpack import pack_bits, packed_nbytes, unpack_bits
 
 FMT_DENSE, FMT_BITMAP, FMT_COO = 0, 1, 2
+#: Elias–Fano positions (:mod:`.elias_fano`): a positions section of sparse-qstoch's layouts;
+#: ``sparse`` does not offer it (not a format of its options or headers).
+FMT_EF = 3
 FORMATS = {"dense": FMT_DENSE, "bitmap": FMT_BITMAP, "coo": FMT_COO}
 FORMAT_NAMES = {v: k for k, v in FORMATS.items()}
 FORMAT_CHOICES = ("auto", "dense", "bitmap", "coo")
@@ -90,6 +95,8 @@ def section_nbytes(n: int, k: int, vbits: int, fmt: int, iw: int) -> tuple[int, 
         return packed_nbytes(n, 1), packed_nbytes(k, vbits)
     if fmt == FMT_COO:
         return packed_nbytes(k, iw), packed_nbytes(k, vbits)
+    if fmt == FMT_EF:
+        return sum(elias_fano.sections(n, k)), packed_nbytes(k, vbits)
     raise CodecError(f"unknown sparse format code {fmt}")
 
 
@@ -138,10 +145,13 @@ def encode_positions(
             mask = torch.zeros(n, dtype=torch.bool)
             mask[idx] = True
         pack_bits(mask.view(torch.uint8), 1, out)
-    elif fmt == FMT_COO:
+    elif fmt in (FMT_COO, FMT_EF):
         if idx is None:
             idx = mask_indices(mask)
-        pack_bits(idx, iw, out)
+        if fmt == FMT_COO:
+            pack_bits(idx, iw, out)
+        else:
+            elias_fano.encode(idx, n, out)
 
 
 def decode_positions(fmt: int, n: int, k: int, iw: int, buf: torch.Tensor) -> torch.Tensor | None:
@@ -154,6 +164,8 @@ def decode_positions(fmt: int, n: int, k: int, iw: int, buf: torch.Tensor) -> to
         if idx.numel() != k:
             raise CodecError(f"corrupted body: bitmap has {idx.numel()} set bits, header says {k}")
         return idx
+    if fmt == FMT_EF:
+        return elias_fano.decode(buf, n, k)
     idx = unpack_bits(buf, iw, k).to(torch.int64)
     if k and (int(idx[-1]) >= n or int(idx[0]) < 0):
         raise CodecError(f"corrupted body: index out of range for {n} elements")

@@ -41,7 +41,6 @@ import struct
 import numpy as np
 import torch
 
-from . import elias_fano
 from ._core import (
     FAMILY_SPARSE_QSTOCH,
     FLOAT_DTYPES,
@@ -55,9 +54,18 @@ from ._core import (
     make_payload,
 )
 from ._rng import pool_workers, run_blocks
-from .bitpack import pack_bits, packed_nbytes, unpack_bits
+from .bitpack import pack_bits, unpack_bits
 from .quant import FLT32_MAX, FLT32_MIN_NORMAL, QSTOCH_BITS, _QStochBits, qstoch_law
-from .sparse_body import FMT_BITMAP, decode_positions, encode_positions, index_width
+from .sparse_body import (
+    FMT_BITMAP,
+    FMT_COO,
+    FMT_DENSE,
+    FMT_EF,
+    decode_positions,
+    encode_positions,
+    index_width,
+    section_nbytes,
+)
 
 PARAMS = struct.Struct("<BfI")  # B | layout << 6, δ, nnz
 LAYOUT_INDEX, LAYOUT_BITMAP, LAYOUT_DENSE, LAYOUT_EF = 0, 1, 2, 3
@@ -66,15 +74,13 @@ LAYOUT_SHIFT = 6
 PARALLEL_MIN_ELEMENTS = 1 << 16  # below this the pool's hand-off costs more than it saves
 
 
+#: Each layout's positions, as the sparse bodies' formats write them.
+_POSITIONS = {LAYOUT_INDEX: FMT_COO, LAYOUT_BITMAP: FMT_BITMAP, LAYOUT_DENSE: FMT_DENSE, LAYOUT_EF: FMT_EF}
+
+
 def _sections(n: int, nnz: int, bits: int, layout: int) -> tuple[int, int]:
     """(positions bytes, codes bytes) of a body in ``layout``."""
-    if layout == LAYOUT_INDEX:
-        return packed_nbytes(nnz, index_width(n)), packed_nbytes(nnz, bits)
-    if layout == LAYOUT_BITMAP:
-        return packed_nbytes(n, 1), packed_nbytes(nnz, bits)
-    if layout == LAYOUT_EF:
-        return sum(elias_fano.sections(n, nnz)), packed_nbytes(nnz, bits)
-    return 0, packed_nbytes(n, bits)
+    return section_nbytes(n, nnz, bits, _POSITIONS[layout], index_width(n))
 
 
 def choose_layout(n: int, nnz: int, bits: int) -> int:
@@ -164,12 +170,8 @@ class SparseQStochCodec(_QStochBits):
         header = build_header(self.family, x.dtype, tuple(x.shape), params)
         ib, cb = _sections(n, nnz, b, layout)
         out, body = make_payload(header, ib + cb)
-        if layout == LAYOUT_INDEX:
-            pack_bits(idx, index_width(n), body[:ib])
-        elif layout == LAYOUT_BITMAP:
-            encode_positions(FMT_BITMAP, n, 1, None, idx, body[:ib])
-        elif layout == LAYOUT_EF:
-            elias_fano.encode(idx, n, body[:ib])
+        if layout != LAYOUT_DENSE:
+            encode_positions(_POSITIONS[layout], n, index_width(n), None, idx, body[:ib])
         else:
             full = torch.full((n,), 2 ** (b - 1), dtype=torch.int64)
             full[idx] = codes
@@ -200,14 +202,7 @@ class SparseQStochCodec(_QStochBits):
             if n and int(codes.min()) == 0:
                 raise CodecError(f"corrupted body: sparse-qstoch code 0 is outside [-L, L] for bits={b}")
             return _values(codes, b, delta, hdr.dtype).reshape(hdr.shape)
-        if layout == LAYOUT_BITMAP:
-            idx = decode_positions(FMT_BITMAP, n, nnz, 1, body[:ib])
-        elif layout == LAYOUT_EF:
-            idx = elias_fano.decode(body[:ib], n, nnz)
-        else:
-            idx = unpack_bits(body[:ib], index_width(n), nnz).to(torch.int64)
-            if nnz and (int(idx.max()) >= n or bool((idx[1:] <= idx[:-1]).any())):
-                raise CodecError("corrupted body: sparse-qstoch indices out of range or not increasing")
+        idx = decode_positions(_POSITIONS[layout], n, nnz, index_width(n), body[:ib])
         codes = unpack_bits(body[ib:], b, nnz).to(torch.int64)
         if nnz and int(codes.min()) == 0:
             raise CodecError(f"corrupted body: sparse-qstoch code 0 is outside [-L, L] for bits={b}")
