@@ -8,17 +8,14 @@ from __future__ import annotations
 
 import os
 import pickle
-import queue
-import socket
-import time
 
 import torch
-import torch.multiprocessing as mp
 
 from harness.launcher import RankFailed
+from harness.rank_processes import spawn_ranks
 
 
-def _entry(fn, rank: int, world: int, port: int, q, timeout_s: float) -> None:
+def _entry(rank: int, port: int, fn, world: int, timeout_s: float, q) -> None:
     from harness.comm.torchdist import TorchDistComm, init_process_group_from_env
 
     os.environ.update(RANK=str(rank), WORLD_SIZE=str(world), MASTER_ADDR="127.0.0.1",
@@ -35,40 +32,17 @@ def _entry(fn, rank: int, world: int, port: int, q, timeout_s: float) -> None:
 
 
 def run_gloo(world: int, fn, *, timeout_s: float = 60.0) -> list:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
-    ctx = mp.get_context("spawn")
-    q = ctx.Queue()
-    procs = [ctx.Process(target=_entry, args=(fn, r, world, port, q, timeout_s), daemon=True)
-             for r in range(world)]
-    for p in procs:
-        p.start()
-    results, errors = {}, {}
-    deadline = time.monotonic() + timeout_s + 60
+    """``fn(comm)`` on every rank of a gloo group of ``world`` processes, its results in rank
+    order; RankFailed for a rank that died (once the others, left waiting for it, have said so
+    within their Comm's timeout) or raised (the lowest such rank)."""
     try:
-        while len(results) + len(errors) < world:
-            try:
-                rank, status, value = q.get(timeout=0.5)
-                (results if status == "ok" else errors)[rank] = value
-            except queue.Empty:
-                pass
-            dead = [r for r, p in enumerate(procs)
-                    if p.exitcode not in (None, 0) and r not in results and r not in errors]
-            if dead and all(p.exitcode is not None for p in procs):
-                break
-            if time.monotonic() > deadline:
-                raise RankFailed(-1, "gloo ranks did not finish in time")
-    finally:
-        for p in procs:
-            p.join(timeout=10)
-            if p.is_alive():
-                p.kill()
-                p.join()
-    died = [r for r, p in enumerate(procs) if r not in results and r not in errors]
+        reports, died = spawn_ranks(world, _entry, fn, world, timeout_s, timeout_s=timeout_s + 60, grace_s=None)
+    except TimeoutError:
+        raise RankFailed(-1, "gloo ranks did not finish in time") from None
     if died:
-        raise RankFailed(died[0], f"process died (exit code {procs[died[0]].exitcode})")
+        r, code = next(iter(died.items()))
+        raise RankFailed(r, f"process died (exit code {code})")
+    errors = [(rank, value) for rank, status, value in reports if status == "error"]
     if errors:
-        r = min(errors)
-        raise RankFailed(r, errors[r])
-    return [pickle.loads(results[r]) for r in range(world)]
+        raise RankFailed(*errors[0])
+    return [pickle.loads(value) for _, _, value in reports]

@@ -1,6 +1,8 @@
-"""The benchmarks' pair of spawned ranks (``benchmarks.gloo_pair.run_pair``): a rank that dies
-ends the benchmark with an error naming it, not a wait for the timeout, and the other rank,
-left waiting, does not outlive it."""
+"""The spawned rank processes of the checks and benchmarks (``harness.rank_processes``), as the
+benchmarks' pair uses them (``benchmarks.gloo_pair.run_pair``): a rank that dies ends the
+benchmark with an error naming it, not a wait for the timeout, and the other rank, left
+waiting, does not outlive it; as the checks use them (``checks._gloo.run_gloo``): the others
+have their grace to say what they saw of the dead rank."""
 
 from __future__ import annotations
 
@@ -26,12 +28,15 @@ def _nobody_answers(rank: int, port: int, q) -> None:
 
 def test_a_rank_that_dies_is_named_at_once_and_its_peer_is_killed():
     import os
+    import time
 
     import torch.multiprocessing as mp
 
     pids = mp.get_context("spawn").Queue()
+    t0 = time.monotonic()
     with pytest.raises(RuntimeError, match=r"rank 1 died \(exit code 3\)"):
-        run_pair(_rank_one_dies, pids, timeout_s=120)  # before: waited out timeout_s for the result
+        run_pair(_rank_one_dies, pids, timeout_s=600)  # before: waited out timeout_s for the result
+    assert time.monotonic() - t0 < 300  # at once, not after the timeout (a liveness bound)
     for pid in (pids.get(timeout=10), pids.get(timeout=10)):
         with pytest.raises(ProcessLookupError):  # both ended (and were reaped by run_pair)
             os.kill(pid, 0)
@@ -88,3 +93,37 @@ def test_the_ranks_end_with_the_benchmarks_process(tmp_path, sig):
         time.sleep(0.05)
     if sig == "SIGTERM":
         assert parent.returncode == 128 + signal.SIGTERM
+
+
+def _one_dies_and_the_other_sees_it(rank: int, port: int, fifo: str, q) -> None:
+    import os
+    import time
+
+    if rank == 1:
+        with open(fifo, "wb") as f:
+            f.write(str(os.getpid()).encode())
+        os._exit(3)  # no result
+    with open(fifo, "rb") as f:
+        pid = int(f.read())
+    while True:  # until reaped: the spawner has seen the death, and its grace has begun
+        try:
+            os.kill(pid, 0)
+        except ProcessLookupError:
+            break
+        time.sleep(0.05)  # polling for the reaping, not a synchronisation by delay
+    q.put((0, "rank 0 saw its peer die"))
+
+
+@pytest.mark.parametrize("grace_s", [None, 60.0])
+def test_after_a_death_the_other_ranks_have_their_grace_to_report(tmp_path, grace_s):
+    """``spawn_ranks`` with a grace: a rank that dies without a result does not cut short the
+    ranks left waiting for it; both outcomes come back, the dead rank with its exit code."""
+    import os
+
+    from harness.rank_processes import spawn_ranks
+
+    fifo = tmp_path / "fifo"
+    os.mkfifo(fifo)
+    results, died = spawn_ranks(2, _one_dies_and_the_other_sees_it, str(fifo), timeout_s=120, grace_s=grace_s)
+    assert results == [(0, "rank 0 saw its peer die")]
+    assert died == {1: 3}

@@ -230,6 +230,23 @@ def test_sparse_qstoch_refuses_malformed_bodies():
             decode(_forged(ef3, body, n=7))
 
 
+def test_an_index_list_is_checked_at_both_ends_and_throughout():
+    """The index-list positions (sparse-qstoch's layout 0, ``sparse``'s and ``qchannel``'s coo:
+    one decoder): a single index, and in a list of three the last one against ``n`` and every
+    neighbour against the one before, not only the first."""
+    one = struct.pack("<BfI", 4, 1.0, 1)  # 5 entries: a 3-bit index, then a 4-bit code
+    assert torch.equal(decode(_forged(one, [0b100_00000, 0x90])), torch.tensor([0.0, 0.0, 0.0, 0.0, 1.0]))
+    with pytest.raises(CodecError, match="^corrupted body: index out of range for 5 elements$"):
+        decode(_forged(one, [0b101_00000, 0x90]))  # index 5 = n
+    three = struct.pack("<BfI", 4, 1.0, 3)  # 9 index bits (2 bytes), then 12 code bits (2 bytes)
+    assert torch.equal(decode(_forged(three, [0b000_010_10, 0b0_0000000, 0x99, 0xA0])),  # 0, 2, 4
+                       torch.tensor([1.0, 0.0, 1.0, 0.0, 2.0]))
+    with pytest.raises(CodecError, match="^corrupted body: index out of range for 5 elements$"):
+        decode(_forged(three, [0b000_010_10, 0b1_0000000, 0x99, 0xA0]))  # 0, 2, 5
+    with pytest.raises(CodecError, match="^corrupted body: index list is not strictly increasing$"):
+        decode(_forged(three, [0b001_100_01, 0b0_0000000, 0x99, 0xA0]))  # 1, 4, 2
+
+
 @given(seeds, st.integers(2, 8), st.sampled_from([0.02, 0.3, 0.95]))
 def test_sparse_qstoch_layouts_carry_the_same_values(seed, bits, density):
     """The cheapest layout is the one sent, and every layout decodes to the same tensor."""

@@ -62,11 +62,13 @@ PROFILES: dict[str, tuple[list[str], list[str]]] = {
         ["checks/test_codecs.py", "checks/test_message_codecs.py", "checks/test_codec_crc.py",
          "checks/test_anchor_codecs.py"],
     ),
-    # sparse-qstoch's Elias–Fano positions and the bit packing under every sparse body
+    # the sparse bodies' positions (bitmap, index list, Elias–Fano), sparse-qstoch's layouts
+    # over them, and the bit packing under every sparse body
     "codecs-positions": (
-        ["algorithms/codecs/elias_fano.py", "algorithms/codecs/bitpack.py"],
+        ["algorithms/codecs/elias_fano.py", "algorithms/codecs/bitpack.py",
+         "algorithms/codecs/sparse_body.py", "algorithms/codecs/sparse_qstoch.py"],
         ["checks/test_message_codecs.py", "checks/test_anchor_codecs.py", "checks/test_codecs.py",
-         "-k", "pack or elias or sparse_qstoch"],
+         "-k", "pack or elias or sparse or positions or format"],
     ),
     "comm-sizes": (
         ["harness/comm/torchdist.py"],
@@ -97,6 +99,12 @@ PROFILES: dict[str, tuple[list[str], list[str]]] = {
         ["checks/test_comm.py", "checks/test_faults_inprocess.py", "checks/test_comm_sized_frames.py",
          "checks/test_pacer.py", "checks/test_wire_hostile.py", "-k", "not paced_benchmark"],
     ),
+    # the spawned rank processes of checks and benchmarks: fail fast, grace after a death, cleanup
+    # (the gloo checks that run a dead peer through run_gloo are in the selection: MARKS)
+    "rank-processes": (
+        ["harness/rank_processes.py"],
+        ["checks/test_gloo_pair.py", "checks/test_comm.py", "-k", "pair or grace or ranks_end or death or dies"],
+    ),
     # the pretrained task: prompt encoding of the causal LM, held-out accuracy and its head
     "prompt-heldout": (
         ["harness/models/prompt.py", "harness/heldout.py"],
@@ -108,7 +116,8 @@ PROFILES: dict[str, tuple[list[str], list[str]]] = {
 # Profiles whose anchoring checks carry marks the default selection leaves out: prompt-heldout's
 # are slow (they load a real checkpoint), so every check but the process-spawning and hardware
 # ones; netns-shape's make namespaces in-process (root).
-MARKS = {"prompt-heldout": "not gloo and not netns and not gpu", "netns-shape": "not gpu"}
+MARKS = {"prompt-heldout": "not gloo and not netns and not gpu", "netns-shape": "not gpu",
+         "rank-processes": "not gpu"}
 
 
 def _selection(name: str) -> list[str]:
