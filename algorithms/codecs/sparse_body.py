@@ -145,13 +145,10 @@ def encode_positions(
             mask = torch.zeros(n, dtype=torch.bool)
             mask[idx] = True
         pack_bits(mask.view(torch.uint8), 1, out)
-    elif fmt in (FMT_COO, FMT_EF):
-        if idx is None:
-            idx = mask_indices(mask)
-        if fmt == FMT_COO:
-            pack_bits(idx, iw, out)
-        else:
-            elias_fano.encode(idx, n, out)
+    elif fmt == FMT_COO:
+        pack_bits(mask_indices(mask) if idx is None else idx, iw, out)
+    elif fmt == FMT_EF:
+        elias_fano.encode(mask_indices(mask) if idx is None else idx, n, out)
 
 
 def decode_positions(fmt: int, n: int, k: int, iw: int, buf: torch.Tensor) -> torch.Tensor | None:
