@@ -30,6 +30,16 @@ def test_comm_before_after_refuses_a_directory_that_is_not_a_comm_package():
     assert p.returncode == 2 and "not a harness/comm package" in p.stderr
 
 
+def test_comm_turnaround_stamps_every_span_of_rank_one():
+    # it wraps two of the Comm's internals: a rename there must fail here, not in a benchmark run
+    p = _run("benchmarks.comm_turnaround", "--sizes", "1024,100000", "--rounds", "4")
+    assert p.returncode == 0, p.stderr
+    for size in ("1,024", "100,000"):
+        row = next(line for line in p.stdout.splitlines() if line.startswith(f"| {size} |"))
+        spans = [float(c) for c in row.split("|")[2:5]]
+        assert all(v > 0 for v in spans), row
+
+
 def test_pipeline_loop_runs_a_contestant_and_names_its_gloo_threads():
     p = _run("benchmarks.pipeline_loop", "engine[1f1b]", "--steps", "12", "--post-ahead")
     assert p.returncode == 0, p.stderr
