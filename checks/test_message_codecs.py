@@ -409,11 +409,12 @@ def test_a_flipped_body_bit_is_caught_by_the_body_crc(spec):
             assert not torch.equal(decode(Payload(d)), decode(p))
 
 
-def _resealed(p: Payload, edit) -> Payload:
-    """A dense payload's bytes with ``edit(bytearray)`` applied and both CRCs recomputed at the
-    original layout, so the decoder meets the edited field itself, not a checksum mismatch."""
+def _resealed(p: Payload, edit, h0: int | None = None) -> Payload:
+    """A payload's bytes with ``edit(bytearray)`` applied and both CRCs recomputed at the
+    original layout (``h0``: where its body starts; a dense payload's by default), so the
+    decoder meets the edited field itself, not a checksum mismatch."""
     raw = bytearray(p.tobytes())
-    h0 = _dense_h0(raw[5])
+    h0 = _dense_h0(raw[5]) if h0 is None else h0
     edit(raw)
     struct.pack_into("<I", raw, h0 - 8, zlib.crc32(bytes(raw[h0:])))  # the body CRC
     struct.pack_into("<I", raw, h0 - 4, zlib.crc32(bytes(raw[: h0 - 4])))  # the header CRC
@@ -460,13 +461,10 @@ def test_a_positions_format_the_codec_does_not_offer_is_refused(spec, fmt):
     if spec == "sparse:bits=8":
         x = x.to(torch.int32)
     p = make_codec(spec).encode(x, generator=gen(0))
-    h0 = parse_header(p.data).nbytes
-    raw = bytearray(p.tobytes())
-    raw[6 + 4 + 2] = fmt  # the parameter block after a 1-D shape: (bits, flags, format, k)
-    struct.pack_into("<I", raw, h0 - 8, zlib.crc32(bytes(raw[h0:])))  # the body CRC
-    struct.pack_into("<I", raw, h0 - 4, zlib.crc32(bytes(raw[: h0 - 4])))  # the header CRC
+    # the parameter block after a 1-D shape: (bits, flags, format, k)
+    bad = _resealed(p, lambda r: r.__setitem__(6 + 4 + 2, fmt), h0=parse_header(p.data).nbytes)
     with pytest.raises(CodecError, match=rf"^corrupted header: unknown sparse format code {fmt}$"):
-        decode(Payload(torch.frombuffer(raw, dtype=torch.uint8)))
+        decode(bad)
 
 
 def test_truncated_and_overlong_payloads_say_by_how_much():

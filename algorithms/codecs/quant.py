@@ -85,8 +85,8 @@ from .bitpack import pack_bits, packed_nbytes, unpack_bits
 from .sparse_body import (
     FLAG_INDEX32,
     FMT_DENSE,
-    FORMAT_NAMES,
     body_nbytes,
+    check_format_code,
     choose_format,
     decode_positions,
     encode_positions,
@@ -726,8 +726,7 @@ class QChannelCodec(Codec):
         n = hdr.numel
         if k > n:
             raise CodecError(f"corrupted header: {k} nonzeros for {n} elements")
-        if fmt not in FORMAT_NAMES:  # the formats qchannel offers (not sparse-qstoch's Elias–Fano)
-            raise CodecError(f"corrupted header: unknown sparse format code {fmt}")
+        check_format_code(fmt)
         pos_n, val_n = section_nbytes(n, k, b, fmt, index_width(n, bool(flags & FLAG_INDEX32)))
         H = channels_of(hdr.shape, gran)
         check_body_length(data, hdr, 2 * H + pos_n + val_n)

@@ -175,12 +175,18 @@ def pack_sparse_params(vbits: int, flags: int, fmt: int, k: int) -> bytes:
     return struct.pack("<BBBI", vbits, flags, fmt, k)
 
 
+def check_format_code(fmt: int) -> None:
+    """CodecError unless a header's format code is one ``sparse`` and ``qchannel`` offer (not
+    sparse-qstoch's Elias–Fano, ``FMT_EF``)."""
+    if fmt not in FORMAT_NAMES:
+        raise CodecError(f"corrupted header: unknown sparse format code {fmt}")
+
+
 def unpack_sparse_params(hdr: Header, allowed_flags: int) -> tuple[int, int, int, int]:
     vbits, flags, fmt, k = struct.unpack("<BBBI", hdr.params)
     if flags & ~allowed_flags:
         raise CodecError(f"corrupted header: unknown flag bits {flags:#x}")
-    if fmt not in FORMAT_NAMES:
-        raise CodecError(f"corrupted header: unknown sparse format code {fmt}")
+    check_format_code(fmt)
     if k > hdr.numel:
         raise CodecError(f"corrupted header: {k} entries for {hdr.numel} elements")
     return vbits, flags, fmt, k
