@@ -115,7 +115,7 @@ PROFILES: dict[str, tuple[list[str], list[str]]] = {
 }
 # Profiles whose anchoring checks carry marks the default selection leaves out: prompt-heldout's
 # are slow (they load a real checkpoint), so every check but the process-spawning and hardware
-# ones; netns-shape's make namespaces in-process (root).
+# ones; netns-shape's make namespaces in-process (root); rank-processes' spawn gloo ranks.
 MARKS = {"prompt-heldout": "not gloo and not netns and not gpu", "netns-shape": "not gpu",
          "rank-processes": "not gpu"}
 
