@@ -8,7 +8,14 @@ table gives Comm / raw per repeat, median [min, max].  A third contestant makes
 the Comm's transport calls without its Python or copies ("as the Comm posts": a
 frame-sized ``isend`` left in flight as the Comm leaves it, a receive into a buffer
 of the size the Comm posts), so Comm / as posted is the cost of the Comm's own
-code, and as posted / raw that of its way of using gloo.  It also times how long
+code, and as posted / raw that of its way of using gloo.  A fourth adds to those calls the
+copies the Comm's protocol makes, with no other Python ("posted + copies": the payload copied
+into its frame before the send; before a receive into the reused first buffer, the guard copied
+back over the bytes the last message wrote, and after it, the payload copied out; a frame of a
+size its pair expects received into a new buffer whose first bytes get the guard, handed on as
+it is), so posted + copies / raw is what the protocol's copies cost on top of gloo, a floor for
+any Comm that keeps them, and Comm / posted + copies what the Comm's checks, bookkeeping and
+layering add.  It also times how long
 rank 0 takes to *issue* a burst of 8 sends (``dist.isend`` against ``Comm.send``,
 which posts without waiting): the caller's cost of handing off messages.  CPU
 time per round trip is printed beside the wall time; the load average too: the
@@ -20,6 +27,7 @@ machine may be shared, and only ratios of one run compare.
 from __future__ import annotations
 
 import argparse
+import ctypes
 import functools
 import os
 import statistics
@@ -31,8 +39,15 @@ import torch.distributed as dist
 
 from benchmarks.gloo_pair import run_pair
 from benchmarks.spread import extremes
+from harness.comm.base import FRAME_HEADER_NBYTES
 from harness.comm.byte_meter import FRAME_HEADER_BYTES
-from harness.comm.torchdist import BODY_SLACK, FIRST_BUFFER_NBYTES, MAX_IN_FLIGHT_FRAMES
+from harness.comm.torchdist import (
+    BODY_SLACK,
+    FIRST_BUFFER_NBYTES,
+    INLINE_MAX_PAYLOAD,
+    MAX_IN_FLIGHT_FRAMES,
+    SIZED_MIN_PAYLOAD,
+)
 
 BURST = 8
 
@@ -61,6 +76,51 @@ def _posted_round(frame: torch.Tensor, big: torch.Tensor, rank: int, pending: de
     else:
         dist.recv(big, 0)
         post()
+
+
+class _Copies:
+    """What the Comm copies per message at one payload size, with no other Python: its frame
+    (``_send_frame``), its reused first buffer and guard (``_post_first``, ``_check_first``), or
+    a new buffer per frame at a size its pair expects (``_sized_buffer``)."""
+
+    def __init__(self, size: int):
+        self.size = size
+        self.frame = torch.randint(0, 256, (size + FRAME_HEADER_BYTES,), dtype=torch.uint8)
+        self.sized = size >= SIZED_MIN_PAYLOAD  # the Comm sends this size as one message once it repeats
+        self.top = max(FIRST_BUFFER_NBYTES, size + FRAME_HEADER_BYTES + 8)
+        self.first = torch.empty(FIRST_BUFFER_NBYTES, dtype=torch.uint8)
+        self.guard = os.urandom(FIRST_BUFFER_NBYTES)
+
+    def framed(self, payload: torch.Tensor) -> torch.Tensor:
+        ctypes.memmove(self.frame.data_ptr() + FRAME_HEADER_NBYTES, payload.data_ptr(), self.size)
+        return self.frame
+
+    def recv(self, src: int) -> torch.Tensor:
+        if self.sized:
+            buf = torch.empty(self.top, dtype=torch.uint8)
+            ctypes.memmove(buf.data_ptr(), self.guard, FIRST_BUFFER_NBYTES)
+            dist.recv(buf, src)
+            return buf[FRAME_HEADER_NBYTES: FRAME_HEADER_NBYTES + self.size]
+        ctypes.memmove(self.first.data_ptr(), self.guard, self.size + FRAME_HEADER_BYTES)
+        dist.recv(self.first, src)
+        out = torch.empty(self.size, dtype=torch.uint8)
+        ctypes.memmove(out.data_ptr(), self.first.data_ptr() + FRAME_HEADER_NBYTES, self.size)
+        return out
+
+
+def _copied_round(copies: _Copies, t: torch.Tensor, rank: int, pending: deque) -> None:
+    """``_posted_round`` plus the copies the Comm makes (:class:`_Copies`); rank 1 sends back
+    what it received, as through the Comm."""
+    def post(payload: torch.Tensor) -> None:
+        pending.append(dist.isend(copies.framed(payload), 1 - rank))
+        if len(pending) > MAX_IN_FLIGHT_FRAMES:
+            pending.popleft().wait()
+
+    if rank == 0:
+        post(t)
+        copies.recv(1)
+    else:
+        post(copies.recv(0))
 
 
 def _comm_round(comm, t: torch.Tensor, rank: int) -> None:
@@ -97,15 +157,21 @@ def _rank(rank: int, port: int, sizes: list[int], rounds: int, repeats: int, q) 
         big = torch.empty(max(FIRST_BUFFER_NBYTES, size + FRAME_HEADER_BYTES + BODY_SLACK), dtype=torch.uint8)
         pending: deque = deque()
         posted = functools.partial(_posted_round, frame, big, rank, pending)
+        copied = functools.partial(_copied_round, _Copies(size), t, rank, pending)
         for _ in range(3):  # warm every path
             _raw_round(t, buf, rank)
             posted()
+            copied()
             _comm_round(comm, t, rank)
         for _ in range(repeats):
             dist.barrier()
             raw = _timed(lambda t=t, buf=buf: _raw_round(t, buf, rank), rounds)
             dist.barrier()
             pat = _timed(posted, rounds)
+            while pending:
+                pending.popleft().wait()
+            dist.barrier()
+            cop = _timed(copied, rounds)
             while pending:
                 pending.popleft().wait()
             dist.barrier()
@@ -133,7 +199,7 @@ def _rank(rank: int, port: int, sizes: list[int], rounds: int, repeats: int, q) 
                     comm.recv(0, "burst")
                 com_burst = 0.0
             comm.barrier()
-            rows.append((size, raw, com, raw_burst, com_burst, pat))
+            rows.append((size, raw, com, raw_burst, com_burst, pat, cop))
     q.put((rank, rows if rank == 0 else None))
     comm.close()  # also leaves the process group
 
@@ -145,12 +211,16 @@ def main() -> None:
     ap.add_argument("--repeats", type=int, default=5)
     a = ap.parse_args()
     sizes = [int(s) for s in a.sizes.split(",")]
+    if any(INLINE_MAX_PAYLOAD < s < SIZED_MIN_PAYLOAD for s in sizes):  # header and body: not modelled
+        ap.error(f"--sizes: the Comm sends {INLINE_MAX_PAYLOAD + 1}..{SIZED_MIN_PAYLOAD - 1} bytes as "
+                 "two messages, which the posted + copies contestant does not model")
     print(f"load average before: {os.getloadavg()}  cpus: {os.cpu_count()}  torch {torch.__version__}")
     rows = run_pair(_rank, sizes, a.rounds, a.repeats, timeout_s=3600)[0][1]
     print(f"gloo, 2 processes, {a.rounds} round trips per repeat, {a.repeats} interleaved repeats")
-    print("| bytes | raw round trip | as the Comm posts | Comm round trip | posted / raw | Comm / raw "
-          "| Comm / as posted | raw burst of 8 | Comm burst of 8 | Comm / raw |")
-    print("|---|---|---|---|---|---|---|---|---|---|")
+    print("| bytes | raw round trip | as the Comm posts | posted + copies | Comm round trip | posted / raw "
+          "| posted + copies / raw | Comm / raw | Comm / as posted | Comm / posted + copies "
+          "| raw burst of 8 | Comm burst of 8 | Comm / raw |")
+    print("|---|---|---|---|---|---|---|---|---|---|---|---|---|")
     med = statistics.median
 
     def cell(times: list[tuple[float, float]]) -> str:
@@ -158,12 +228,13 @@ def main() -> None:
 
     for size in sizes:
         mine = [r for r in rows if r[0] == size]
-        raw, com, pat = [r[1] for r in mine], [r[2] for r in mine], [r[5] for r in mine]
+        raw, com, pat, cop = ([r[k] for r in mine] for k in (1, 2, 5, 6))
         bu = [r[4] / r[3] for r in mine if r[3] > 0]
-        print(f"| {size:,} | {cell(raw)} | {cell(pat)} | {cell(com)} "
-              f"| {extremes([p[0] / r[0] for p, r in zip(pat, raw, strict=True)])} "
-              f"| {extremes([c[0] / r[0] for c, r in zip(com, raw, strict=True)])} "
-              f"| {extremes([c[0] / p[0] for c, p in zip(com, pat, strict=True)])} "
+        def ratio(a, b) -> str:
+            return extremes([x[0] / y[0] for x, y in zip(a, b, strict=True)])
+
+        print(f"| {size:,} | {cell(raw)} | {cell(pat)} | {cell(cop)} | {cell(com)} "
+              f"| {ratio(pat, raw)} | {ratio(cop, raw)} | {ratio(com, raw)} | {ratio(com, pat)} | {ratio(com, cop)} "
               f"| {1e3 * med(r[3] for r in mine):.2f} ms | {1e3 * med(r[4] for r in mine):.2f} ms | {extremes(bu)} |")
     print(f"load average after: {os.getloadavg()}")
 

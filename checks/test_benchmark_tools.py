@@ -30,6 +30,21 @@ def test_comm_before_after_refuses_a_directory_that_is_not_a_comm_package():
     assert p.returncode == 2 and "not a harness/comm package" in p.stderr
 
 
+def test_roundtrip_ratio_times_every_contestant_on_both_receive_paths():
+    # 1 KiB comes inline into the reused first buffer, 100 kB into a buffer of its own once it repeats
+    p = _run("benchmarks.roundtrip_ratio", "--sizes", "1024,100000", "--rounds", "4", "--repeats", "1")
+    assert p.returncode == 0, p.stderr
+    for size in ("1,024", "100,000"):
+        row = next(line for line in p.stdout.splitlines() if line.startswith(f"| {size} |"))
+        assert row.count(" us (cpu ") == 4, row
+
+
+def test_roundtrip_ratio_refuses_a_size_its_copies_contestant_does_not_model():
+    from harness.comm.torchdist import INLINE_MAX_PAYLOAD
+    p = _run("benchmarks.roundtrip_ratio", "--sizes", str(INLINE_MAX_PAYLOAD + 1))
+    assert p.returncode == 2 and "does not model" in p.stderr
+
+
 def test_comm_turnaround_stamps_every_span_of_rank_one():
     # it wraps two of the Comm's internals: a rename there must fail here, not in a benchmark run
     p = _run("benchmarks.comm_turnaround", "--sizes", "1024,100000", "--rounds", "4")

@@ -95,6 +95,11 @@ def pack_frame_header(nbytes: int, taghash: int) -> bytes:
     return _FRAME_HEADER.pack(taghash, nbytes, FRAME_MAGIC)
 
 
+def pack_frame_header_into(buf: memoryview, nbytes: int, taghash: int) -> None:
+    """The header, written into the first ``FRAME_HEADER_NBYTES`` bytes of ``buf``."""
+    _FRAME_HEADER.pack_into(buf, 0, taghash, nbytes, FRAME_MAGIC)
+
+
 def parse_frame_header(raw: bytes, *, rank: int, src: int, taghash: int, max_frame_bytes: int) -> int:
     """The payload length announced by a received header, or CommError naming the peer."""
     if len(raw) != FRAME_HEADER_NBYTES:

@@ -95,7 +95,7 @@ from .base import (
     CommError,
     CommTimeout,
     check_frame_end,
-    pack_frame_header,
+    pack_frame_header_into,
     parse_frame_header,
 )
 from .progress_board import Heartbeat
@@ -154,6 +154,7 @@ class _Posted:
 
     works: list
     frame: torch.Tensor  # on the host
+    view: memoryview  # of ``frame``'s bytes
     posted: torch.Tensor  # the frame as posted (on the device for nccl): the messages are views of it
     dst: int
     nbytes: int
@@ -209,36 +210,36 @@ def _far_guard(guard: bytes, lo: int, hi: int) -> bytes:
 
 
 class _RecvBuffer:
-    """A receive buffer, read and written in place by address on the host (``ctypes``: for the
-    few bytes a check touches, a tensor or numpy view costs more than the copy), and how many of
-    its leading bytes the last message may have written (for the reused first buffer: only
-    those need their guard back)."""
+    """A receive buffer, read and written in place on the host through a memoryview of its bytes
+    (for the few bytes a check touches, slicing, comparing and assigning a memoryview cost a
+    third of a ``ctypes`` call and a tenth of a tensor op), and how many of its leading bytes
+    the last message may have written (for the reused first buffer: only those need their
+    guard back)."""
 
-    def __init__(self, device: torch.device, nbytes: int = FIRST_BUFFER_NBYTES, lead: int = 0):
-        # ``lead`` bytes before the buffer: a payload after the header then starts aligned
+    def __init__(self, device: torch.device, on_host: bool, nbytes: int = FIRST_BUFFER_NBYTES, lead: int = 0):
+        # ``lead`` bytes before the buffer: a payload after the header then starts aligned.
+        # ``on_host``: the Comm's, not ``device.type`` again (a new string per call, per frame)
         self.tensor = torch.empty(lead + nbytes, dtype=torch.uint8, device=device)[lead:]
-        self.addr = self.tensor.data_ptr() if device.type == "cpu" else None  # None: on a device
+        self.view = memoryview(self.tensor.numpy()) if on_host else None  # None: on a device
+        self.addr = self.tensor.data_ptr() if on_host else None
         self.dirty = FIRST_BUFFER_NBYTES
 
     def read(self, lo: int, hi: int) -> bytes:
         """Bytes ``lo:hi``, copied to the host."""
-        return ctypes.string_at(self.addr + lo, hi - lo) if self.addr is not None else \
+        return bytes(self.view[lo:hi]) if self.view is not None else \
             self.tensor[lo:hi].cpu().numpy().tobytes()
 
     def write(self, lo: int, data: bytes) -> None:
         """``data`` into the buffer from ``lo``."""
-        if self.addr is not None:
-            ctypes.memmove(self.addr + lo, data, len(data))
+        if self.view is not None:
+            self.view[lo: lo + len(data)] = data
         else:
             self.tensor[lo: lo + len(data)].copy_(torch.frombuffer(bytearray(data), dtype=torch.uint8))
 
-    def restore(self, guard: bytes, n: int) -> None:
-        """The first ``n`` bytes of ``guard`` back into the buffer's first ``n`` (per message: on
-        the host copied from ``guard`` in place, no slice of it made)."""
-        if self.addr is not None:
-            ctypes.memmove(self.addr, guard, n)
-        else:
-            self.write(0, guard[:n])
+    def restore(self, guard: memoryview, n: int) -> None:
+        """The first ``n`` bytes of ``guard`` back into the buffer's first ``n`` (per message: a
+        slice of a memoryview, so nothing is copied but into the buffer)."""
+        self.write(0, guard[:n])
 
     def take(self, lo: int, n: int) -> torch.Tensor:
         """A new host tensor holding bytes ``lo:lo + n``: the one copy a receive into the reused
@@ -348,15 +349,16 @@ class TorchDistComm(Comm):
         self._timeout = _dt.timedelta(seconds=self.timeout_s)
         # the guard bytes written before every receive (module docstring): random, never sent
         self._first_guard = _first_buffer_guard()  # bytes: compared and copied as they are
+        self._first_guard_view = memoryview(self._first_guard)  # sliced without a copy
         # a frame's first message's receive buffer, reused (allocated here, before any meter
         # starts); posted receives have one per peer (_PostedFrame), made at a peer's first
-        self._hbuf = _RecvBuffer(self.device)
+        self._hbuf = _RecvBuffer(self.device, self._host)
         self._peer_buffers: dict[int, _RecvBuffer] = {}
         self._ahead: dict[int, deque[_PostedFrame]] = {}  # posted receives per peer, oldest first
         self._heartbeat = Heartbeat(self.board, self.rank) if self.board is not None else None
         self._sends: deque[_Posted] = deque()  # posted sends not yet waited on, oldest first
         self._sends_bytes = 0
-        self._spare_frames: list[torch.Tensor] = []  # oldest first, at most SPARE_FRAMES
+        self._spare_frames: list[tuple[torch.Tensor, memoryview]] = []  # oldest first, at most SPARE_FRAMES
         self.max_in_flight_bytes = max_in_flight_bytes
         self.max_in_flight_frames = max_in_flight_frames
         # the sizes of large frames sent and received, per peer and tag: when one repeats, the
@@ -397,14 +399,15 @@ class TorchDistComm(Comm):
         self._reap_sends()
         n = data.numel()
         nbytes = FRAME_HEADER_NBYTES + n + FRAME_END_NBYTES
-        frame = self._new_frame(nbytes)
-        # filled by address: torch's sliced copies cost ~5x a memcpy at 1 MiB, a tensor op is one
-        # more call through a rank's memory meter (a dispatch mode), and numpy views cost more
-        # than the copy for a small frame
-        addr, data = frame.data_ptr(), (data if data.is_cpu else data.cpu())
-        ctypes.memmove(addr, pack_frame_header(n, taghash), FRAME_HEADER_NBYTES)
-        ctypes.memmove(addr + FRAME_HEADER_NBYTES, data.data_ptr(), n)
-        ctypes.memmove(addr + FRAME_HEADER_NBYTES + n, FRAME_END, FRAME_END_NBYTES)
+        frame, view = self._new_frame(nbytes)
+        # filled through the frame's memoryview, and the payload by address: torch's sliced
+        # copies cost ~5x a memcpy at 1 MiB, a tensor op is one more call through a rank's memory
+        # meter (a dispatch mode), and a numpy view of the payload costs more than the copy for
+        # a small frame
+        data = data if data.is_cpu else data.cpu()
+        pack_frame_header_into(view, n, taghash)
+        ctypes.memmove(frame.data_ptr() + FRAME_HEADER_NBYTES, data.data_ptr(), n)
+        view[FRAME_HEADER_NBYTES + n:] = FRAME_END
         host_frame, frame = frame, (frame if self._host else frame.to(self.device))
         # one message (header, payload, end marker) when it fits the receiver's first buffer or
         # has the size the receiver expects from this pair's history, else the header, then the body
@@ -416,19 +419,21 @@ class TorchDistComm(Comm):
                       self._pg.send([frame[FRAME_HEADER_NBYTES:]], dst, 0)])
         except Exception as e:
             raise _backend_error(self.rank, f"send to rank {dst}", e) from e
-        self._sends.append(_Posted(works, host_frame, frame, dst, nbytes))
+        self._sends.append(_Posted(works, host_frame, view, frame, dst, nbytes))
         self._sends_bytes += nbytes
         _POSTING.add(self)
         while len(self._sends) > 1 and (self._sends_bytes > self.max_in_flight_bytes
                                         or len(self._sends) > self.max_in_flight_frames):
             self._finish_oldest_send()
 
-    def _new_frame(self, nbytes: int) -> torch.Tensor:
-        """A host buffer for a frame: a spare of that size if one is kept (SPARE_FRAMES)."""
-        for i, spare in enumerate(self._spare_frames):
-            if spare.numel() == nbytes:
+    def _new_frame(self, nbytes: int) -> tuple[torch.Tensor, memoryview]:
+        """A host buffer for a frame and a memoryview of it: a spare of that size if one is kept
+        (SPARE_FRAMES)."""
+        for i, (_, view) in enumerate(self._spare_frames):
+            if len(view) == nbytes:
                 return self._spare_frames.pop(i)
-        return torch.empty(nbytes, dtype=torch.uint8)
+        frame = torch.empty(nbytes, dtype=torch.uint8)
+        return frame, memoryview(frame.numpy())
 
     def _finish_oldest_send(self) -> None:
         posted = self._sends.popleft()
@@ -437,7 +442,7 @@ class TorchDistComm(Comm):
             _POSTING.discard(self)
         for w in posted.works:
             self._wait(w, f"send to rank {posted.dst}")
-        self._spare_frames.append(posted.frame)  # the transport is done with it
+        self._spare_frames.append((posted.frame, posted.view))  # the transport is done with it
         del self._spare_frames[:-SPARE_FRAMES]
 
     def _reap_sends(self) -> None:
@@ -490,7 +495,7 @@ class TorchDistComm(Comm):
         top = FRAME_HEADER_NBYTES + max(sizes) + FRAME_END_NBYTES + _CHECKED
         # the payload is handed on as a view: it starts 16-byte aligned, as a body buffer's does,
         # so a decoder may view it as floats of any width
-        buf = _RecvBuffer(self.device, max(FIRST_BUFFER_NBYTES, top), lead=-FRAME_HEADER_NBYTES % 16)
+        buf = _RecvBuffer(self.device, self._host, max(FIRST_BUFFER_NBYTES, top), lead=-FRAME_HEADER_NBYTES % 16)
         buf.dirty = 0  # nothing to restore: the buffer is not reused
         buf.write(0, self._first_guard)
         for n in sizes:
@@ -519,7 +524,7 @@ class TorchDistComm(Comm):
             # message writes its own length and no more): after a checked frame its ``end``, else all.
             hbuf = self._hbuf if hbuf is None else hbuf
             dirty, hbuf.dirty = hbuf.dirty, FIRST_BUFFER_NBYTES
-            hbuf.restore(self._first_guard, dirty)
+            hbuf.restore(self._first_guard_view, dirty)
         return hbuf, expected, self._post_message(hbuf.tensor, src, what)
 
     def _check_first(self, src: int | None, taghash: int, what: str, posted) -> tuple[int, int, torch.Tensor | None]:
@@ -557,7 +562,7 @@ class TorchDistComm(Comm):
     def _peer_buffer(self, src: int) -> _RecvBuffer:
         """The first buffer of ``src``'s posted receives (one posted to the transport at a time)."""
         if src not in self._peer_buffers:
-            self._peer_buffers[src] = _RecvBuffer(self.device)
+            self._peer_buffers[src] = _RecvBuffer(self.device, self._host)
         return self._peer_buffers[src]
 
     def _recv_frame(self, src, taghash, hbuf: _RecvBuffer | None = None):
@@ -586,7 +591,7 @@ class TorchDistComm(Comm):
     def _recv_body(self, n: int, src: int) -> torch.Tensor:
         """The payload of ``n`` bytes a checked header announced, in its own message."""
         try:  # the announced size, validated by the header's checks; only now is memory spent on it
-            buf = _RecvBuffer(self.device, n + FRAME_END_NBYTES + BODY_SLACK)
+            buf = _RecvBuffer(self.device, self._host, n + FRAME_END_NBYTES + BODY_SLACK)
         except RuntimeError as e:
             raise CommError(f"rank {self.rank}: cannot allocate {n} bytes for the frame from rank {src} "
                             f"({str(e).splitlines()[0][:120]})") from e
