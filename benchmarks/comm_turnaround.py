@@ -2,11 +2,14 @@
 
 Two spawned gloo ranks play ping-pong through ``TorchDistComm`` (rank 1 sends back what it
 received, as ``benchmarks.roundtrip_ratio`` does).  On rank 1, every round is stamped with
-``time.perf_counter_ns`` at three points: when gloo's wait for the incoming message returns
-(inside the Comm's ``_wait_message``), when ``recv`` hands back the payload, and when ``send``
-hands the reply to gloo (the Comm's process group's ``send``).  The table gives, per size, the
-median of each span over the rounds: what the Comm's own code adds to every round trip's
-critical path beyond gloo's calls, on each side of a message.  The stamps wrap two of the Comm's
+``time.perf_counter_ns`` at five points: when gloo's wait for the incoming message returns
+(inside the Comm's ``_wait_message``), when the frame's header has been parsed
+(``parse_frame_header``), when the frame has passed its checks and its payload is in hand
+(``_finish_frame``: the end marker and guard, the copy out of a reused buffer, the size
+history), when ``recv`` hands back the payload (after the meter), and when ``send`` hands the
+reply to gloo (the Comm's process group's ``send``).  The table gives, per size, the median of
+each span over the rounds: what the Comm's own code adds to every round trip's critical path
+beyond gloo's calls, on each side of a message, and where.  The stamps wrap four of the Comm's
 internals, so they add a few hundred nanoseconds of their own.
 
     python3 -m benchmarks.comm_turnaround [--sizes 16384,1048576] [--rounds 2000]
@@ -44,7 +47,23 @@ class _StampedGroup:
         return self._pg.recv_anysource(*args)
 
 
+def _stamped(fn, stamps: dict, key: str):
+    """``fn``, stamping ``stamps[key]`` when it returns."""
+    def stamped(*args, **kw):
+        out = fn(*args, **kw)
+        stamps[key] = time.perf_counter_ns()
+        return out
+    return stamped
+
+
+#: The spans of the table: (name, from stamp, to stamp).
+SPANS = (("wake -> header", "woke", "header"), ("header -> frame", "header", "frame"),
+         ("frame -> payload", "frame", "payload"), ("payload -> gloo send", "payload", "send"),
+         ("turnaround", "woke", "send"))
+
+
 def _rank(rank: int, port: int, sizes: list[int], rounds: int, q) -> None:
+    from harness.comm import torchdist
     from harness.comm.torchdist import TorchDistComm
 
     os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
@@ -53,18 +72,13 @@ def _rank(rank: int, port: int, sizes: list[int], rounds: int, q) -> None:
     comm = TorchDistComm("gloo", timeout_s=120.0)
     stamps: dict[str, int] = {}
     comm._pg = _StampedGroup(comm._pg, stamps)
-    wait_message = comm._wait_message
-
-    def stamped_wait(work, src, what):
-        got = wait_message(work, src, what)
-        stamps["woke"] = time.perf_counter_ns()
-        return got
-
-    comm._wait_message = stamped_wait
+    comm._wait_message = _stamped(comm._wait_message, stamps, "woke")
+    comm._finish_frame = _stamped(comm._finish_frame, stamps, "frame")
+    torchdist.parse_frame_header = _stamped(torchdist.parse_frame_header, stamps, "header")
     out = {}
     for size in sizes:
         t = torch.randint(0, 256, (size,), dtype=torch.uint8)
-        spans: dict[str, list[float]] = {"woke -> payload": [], "payload -> gloo send": [], "turnaround": []}
+        spans: dict[str, list[float]] = {name: [] for name, _, _ in SPANS}
         comm.barrier()
         for i in range(WARMUP + rounds):
             if rank == 0:
@@ -72,12 +86,11 @@ def _rank(rank: int, port: int, sizes: list[int], rounds: int, q) -> None:
                 comm.recv(1, "pp")
                 continue
             got = comm.recv(0, "pp")
-            handed = time.perf_counter_ns()
+            stamps["payload"] = time.perf_counter_ns()
             comm.send(got, 0, "pp")
             if i >= WARMUP:
-                spans["woke -> payload"].append((handed - stamps["woke"]) / 1e3)
-                spans["payload -> gloo send"].append((stamps["send"] - handed) / 1e3)
-                spans["turnaround"].append((stamps["send"] - stamps["woke"]) / 1e3)
+                for name, lo, hi in SPANS:
+                    spans[name].append((stamps[hi] - stamps[lo]) / 1e3)
         out[size] = {k: statistics.median(v) for k, v in spans.items()} if rank == 1 else None
     q.put((rank, out))
     comm.close()  # also leaves the process group
@@ -92,11 +105,11 @@ def main() -> None:
     print(f"load average before: {os.getloadavg()}  cpus: {os.cpu_count()}  torch {torch.__version__}")
     out = run_pair(_rank, sizes, a.rounds, timeout_s=3600)[1][1]
     print(f"gloo, 2 processes, {a.rounds} round trips per size; rank 1's spans, median µs")
-    print("| bytes | gloo's wait returns -> `recv` returns | `send` called -> gloo's send | turnaround |")
-    print("|---|---|---|---|")
+    print("| bytes | gloo's wait returns -> header parsed | -> frame checked, payload in hand "
+          "| -> `recv` returns | `send` called -> gloo's send | turnaround |")
+    print("|---|---|---|---|---|---|")
     for size, spans in out.items():
-        print(f"| {size:,} | {spans['woke -> payload']:.1f} | {spans['payload -> gloo send']:.1f} "
-              f"| {spans['turnaround']:.1f} |")
+        print(f"| {size:,} | " + " | ".join(f"{spans[name]:.1f}" for name, _, _ in SPANS) + " |")
     print(f"load average after: {os.getloadavg()}")
 
 
