@@ -1,25 +1,26 @@
 """The Comm's per-message cost against raw gloo: a ping-pong round trip and a burst of sends.
 
 Two spawned gloo processes.  For each message size, every repeat times, in turn
-(interleaved), ``--rounds`` round trips of a uint8 tensor with bare
-``dist.send`` / ``dist.recv`` and then with ``Comm.send`` / ``Comm.recv`` (framing,
-tag check, byte meter); rank 0 takes the median round trip of each and the
-table gives Comm / raw per repeat, median [min, max].  A third contestant makes
-the Comm's transport calls without its Python or copies ("as the Comm posts": a
-frame-sized ``isend`` left in flight as the Comm leaves it, a receive into a buffer
-of the size the Comm posts), so Comm / as posted is the cost of the Comm's own
-code, and as posted / raw that of its way of using gloo.  A fourth adds to those calls the
-copies the Comm's protocol makes, with no other Python ("posted + copies": the payload copied
-into its frame before the send; before a receive into the reused first buffer, the guard copied
-back over the bytes the last message wrote, and after it, the payload copied out; a frame of a
-size its pair expects received into a new buffer whose first bytes get the guard, handed on as
-it is), so posted + copies / raw is what the protocol's copies cost on top of gloo, a floor for
-any Comm that keeps them, and Comm / posted + copies what the Comm's checks, bookkeeping and
-layering add.  It also times how long
-rank 0 takes to *issue* a burst of 8 sends (``dist.isend`` against ``Comm.send``,
-which posts without waiting): the caller's cost of handing off messages.  CPU
-time per round trip is printed beside the wall time; the load average too: the
-machine may be shared, and only ratios of one run compare.
+(interleaved), ``--rounds`` round trips of a uint8 tensor through each contestant; rank 0 takes
+the median round trip of each, and the table gives the ratios per repeat, median [min, max]:
+
+* raw: bare ``dist.send`` / ``dist.recv``;
+* as the Comm posts: the Comm's transport calls without its Python or copies (a frame-sized
+  ``isend`` left in flight as the Comm leaves it, a receive into a buffer of the size the Comm
+  posts), so as posted / raw is the cost of its way of using gloo;
+* posted + copies: those calls and the copies the Comm's protocol makes, with no other Python
+  (the payload copied into its frame before the send; before a receive into the reused first
+  buffer, the guard copied back over the bytes the last message wrote, and after it, the
+  payload copied out; a frame of a size its pair expects received into a new buffer whose
+  first bytes get the guard, handed on as it is), so posted + copies / raw is what the
+  protocol's copies cost on top of gloo, a floor for any Comm that keeps them;
+* the Comm: ``Comm.send`` / ``Comm.recv`` (framing, checks, byte meter), so Comm / posted +
+  copies is what its checks, bookkeeping and layering add.
+
+It also times how long rank 0 takes to *issue* a burst of 8 sends (``dist.isend`` against
+``Comm.send``, which posts without waiting): the caller's cost of handing off messages.  CPU
+time per round trip is printed beside the wall time; the load average too: the machine may be
+shared, and only ratios of one run compare.
 
     python3 -m benchmarks.roundtrip_ratio [--sizes 16384,1048576] [--rounds 200] [--repeats 5]
 """
