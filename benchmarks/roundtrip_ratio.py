@@ -62,21 +62,24 @@ def _raw_round(t: torch.Tensor, buf: torch.Tensor, rank: int) -> None:
         dist.send(buf, 0)
 
 
-def _posted_round(frame: torch.Tensor, big: torch.Tensor, rank: int, pending: deque) -> None:
-    """The Comm's transport calls without its Python or copies: a frame-sized ``isend`` kept in
-    flight until ``MAX_IN_FLIGHT_FRAMES`` others are, and a receive into a buffer of the size
-    the Comm posts (its first buffer, or a large frame's own)."""
-    def post() -> None:
-        pending.append(dist.isend(frame, 1 - rank))
-        if len(pending) > MAX_IN_FLIGHT_FRAMES:
-            pending.popleft().wait()
+def _post(frame: torch.Tensor, dst: int, pending: deque) -> None:
+    """A frame's ``isend``, left in flight as the Comm leaves it: waited on only once
+    ``MAX_IN_FLIGHT_FRAMES`` others are."""
+    pending.append(dist.isend(frame, dst))
+    if len(pending) > MAX_IN_FLIGHT_FRAMES:
+        pending.popleft().wait()
 
+
+def _posted_round(frame: torch.Tensor, big: torch.Tensor, rank: int, pending: deque) -> None:
+    """The Comm's transport calls without its Python or copies: a frame-sized send (``_post``)
+    and a receive into a buffer of the size the Comm posts (its first buffer, or a large frame's
+    own)."""
     if rank == 0:
-        post()
+        _post(frame, 1, pending)
         dist.recv(big, 1)
     else:
         dist.recv(big, 0)
-        post()
+        _post(frame, 0, pending)
 
 
 class _Copies:
@@ -112,16 +115,11 @@ class _Copies:
 def _copied_round(copies: _Copies, t: torch.Tensor, rank: int, pending: deque) -> None:
     """``_posted_round`` plus the copies the Comm makes (:class:`_Copies`); rank 1 sends back
     what it received, as through the Comm."""
-    def post(payload: torch.Tensor) -> None:
-        pending.append(dist.isend(copies.framed(payload), 1 - rank))
-        if len(pending) > MAX_IN_FLIGHT_FRAMES:
-            pending.popleft().wait()
-
     if rank == 0:
-        post(t)
+        _post(copies.framed(t), 1, pending)
         copies.recv(1)
     else:
-        post(copies.recv(0))
+        _post(copies.framed(copies.recv(0)), 0, pending)
 
 
 def _comm_round(comm, t: torch.Tensor, rank: int) -> None:

@@ -9,6 +9,8 @@ import sys
 
 import pytest
 
+from harness.comm.torchdist import INLINE_MAX_PAYLOAD
+
 pytestmark = pytest.mark.gloo
 
 
@@ -40,7 +42,6 @@ def test_roundtrip_ratio_times_every_contestant_on_both_receive_paths():
 
 
 def test_roundtrip_ratio_refuses_a_size_its_copies_contestant_does_not_model():
-    from harness.comm.torchdist import INLINE_MAX_PAYLOAD
     p = _run("benchmarks.roundtrip_ratio", "--sizes", str(INLINE_MAX_PAYLOAD + 1))
     assert p.returncode == 2 and "does not model" in p.stderr
 

@@ -236,11 +236,6 @@ class _RecvBuffer:
         else:
             self.tensor[lo: lo + len(data)].copy_(torch.frombuffer(bytearray(data), dtype=torch.uint8))
 
-    def restore(self, guard: memoryview, n: int) -> None:
-        """The first ``n`` bytes of ``guard`` back into the buffer's first ``n`` (per message: a
-        slice of a memoryview, so nothing is copied but into the buffer)."""
-        self.write(0, guard[:n])
-
     def take(self, lo: int, n: int) -> torch.Tensor:
         """A new host tensor holding bytes ``lo:lo + n``: the one copy a receive into the reused
         buffer makes (not a tensor op on the buffer itself, or a rank's memory meter would count
@@ -524,7 +519,7 @@ class TorchDistComm(Comm):
             # message writes its own length and no more): after a checked frame its ``end``, else all.
             hbuf = self._hbuf if hbuf is None else hbuf
             dirty, hbuf.dirty = hbuf.dirty, FIRST_BUFFER_NBYTES
-            hbuf.restore(self._first_guard_view, dirty)
+            hbuf.write(0, self._first_guard_view[:dirty])  # a slice of a memoryview: no copy
         return hbuf, expected, self._post_message(hbuf.tensor, src, what)
 
     def _check_first(self, src: int | None, taghash: int, what: str, posted) -> tuple[int, int, torch.Tensor | None]:
