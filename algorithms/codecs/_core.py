@@ -161,7 +161,7 @@ class Payload:
         if (
             d.dtype != torch.uint8
             or d.dim() != 1
-            or d.device.type != "cpu"
+            or not d.is_cpu  # not ``device.type``: that builds a device and a string per call
             or not d.is_contiguous()
         ):
             raise CodecError(
@@ -224,8 +224,20 @@ def seal(data: torch.Tensor) -> None:
     if arr[2] != VERSION_BODY_CRC:
         return
     h0 = _h0(int(arr[5]), int(arr[3]), VERSION_BODY_CRC)
-    struct.pack_into("<I", arr, h0 - CRC_BYTES - BODY_CRC_BYTES, body_crc32(arr[h0:]))
-    struct.pack_into("<I", arr, h0 - CRC_BYTES, zlib.crc32(arr[: h0 - CRC_BYTES]))
+    seal_at(arr, h0, zlib.crc32(arr[: h0 - CRC_BYTES - BODY_CRC_BYTES]))
+
+
+_U32 = struct.Struct("<I")
+_TWO_CRCS = struct.Struct("<II")  # the body CRC, then the header CRC: a version-2 header's last 8 bytes
+
+
+def seal_at(arr, h0: int, prefix_crc: int) -> None:
+    """:func:`seal` of the version-2 payload ``arr`` (a numpy view of its bytes) whose header is
+    ``h0`` bytes long and whose bytes before the CRCs have the CRC-32 ``prefix_crc`` (an encoder
+    that made the header knows both): the header CRC continues from it over the body CRC
+    (``crc32(b, crc32(a)) == crc32(a + b)``), so the header is not read again."""
+    body = body_crc32(arr[h0:])
+    _TWO_CRCS.pack_into(arr, h0 - CRC_BYTES - BODY_CRC_BYTES, body, zlib.crc32(_U32.pack(body), prefix_crc))
 
 
 class Header(NamedTuple):
@@ -254,7 +266,7 @@ def as_payload_tensor(p: object) -> torch.Tensor:
 def _host_bytes(data: torch.Tensor):
     """The payload's bytes, read in place where it is on the host (a numpy view: indexing the
     tensor itself is an op per read); a device payload's header is copied over once."""
-    if data.device.type == "cpu":
+    if data.is_cpu:
         return data.numpy()
     return data[: _max_h0()].cpu().numpy()
 
@@ -465,7 +477,7 @@ def check_input(x: object, allowed: tuple[torch.dtype, ...], codec: str) -> torc
     if x.numel() > U32_MAX or (x.dim() and max(x.shape) > U32_MAX):
         raise CodecError(f"{codec}: tensors with 2**32 or more elements are not supported")
     x = x.detach()
-    if x.device.type != "cpu":
+    if not x.is_cpu:
         x = x.cpu()
     return x.contiguous()
 
@@ -514,7 +526,7 @@ def write_raw(out: torch.Tensor, offset: int, x: torch.Tensor) -> None:
     nbytes = x.numel() * x.element_size()
     if out.numel() - offset != nbytes:
         raise CodecError(f"body of {out.numel() - offset} bytes for {nbytes}")
-    if LITTLE_ENDIAN and nbytes <= COPY_BY_ADDRESS_MAX and x.is_contiguous() and x.device.type == "cpu":
+    if LITTLE_ENDIAN and nbytes <= COPY_BY_ADDRESS_MAX and x.is_contiguous() and x.is_cpu:
         ctypes.memmove(out.data_ptr() + offset, x.data_ptr(), nbytes)
     else:
         out[offset:].copy_(raw_bytes(x))

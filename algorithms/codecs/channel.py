@@ -14,6 +14,8 @@ import torch
 
 from ._core import Codec, Payload
 
+_HOST = (torch.device("cpu"), "cpu")
+
 
 class Channel:
     """Direct transmission: the receiver uses ``C(x)``; no state (also the uncompressed case).
@@ -40,8 +42,11 @@ class Channel:
         self.step = step
 
     def send(self, comm, x: torch.Tensor, dst: int, tag: str, key: tuple[int, int] | None = None) -> None:
-        comm.send(self.codec.encode(x.detach().cpu(), generator=self.generator).data, dst, tag=tag)
+        x = x.detach() if x.requires_grad else x  # not a no-op call per message: each is a dispatch
+        x = x if x.is_cpu else x.cpu()
+        comm.send(self.codec.encode(x, generator=self.generator).data, dst, tag=tag)
 
     def recv(self, comm, src: int, tag: str, key: tuple[int, int] | None = None, device=None) -> torch.Tensor:
         x = self.codec.decode(Payload(comm.recv(src, tag=tag)), max_numel=self.max_numel)
-        return x if device is None else x.to(device)
+        # not ``x.to(device)`` when it is already there: a no-op call per message is still a dispatch
+        return x if device is None or (x.is_cpu and device in _HOST) else x.to(device)
