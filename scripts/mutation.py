@@ -56,11 +56,12 @@ PROFILES: dict[str, tuple[list[str], list[str]]] = {
         ["algorithms/codecs/quant.py"],
         ["checks/test_anchor_codecs.py", "checks/test_codecs.py"],
     ),
-    # the wire header every codec parses, and the dense bodies copied by address
+    # the wire header every codec parses, and the dense bodies copied by address (with the dense
+    # codec's kept plans and headers decoded before)
     "codecs-core": (
         ["algorithms/codecs/_core.py", "algorithms/codecs/dense.py"],
         ["checks/test_codecs.py", "checks/test_message_codecs.py", "checks/test_codec_crc.py",
-         "checks/test_anchor_codecs.py"],
+         "checks/test_anchor_codecs.py", "checks/test_dense_repeats.py"],
     ),
     # the sparse bodies' positions (bitmap, index list, Elias–Fano), sparse-qstoch's layouts
     # over them, and the bit packing under every sparse body
