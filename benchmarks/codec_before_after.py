@@ -8,9 +8,9 @@ Extract the other commit's codec package first (it imports only itself)::
 
 ``--message``: a pipeline's per-message cost instead, where the header and the Python around
 the body dominate: encode and decode, each timed as a loop of ``MESSAGE_LOOP`` calls, of one
-tiny-opt micro-batch activation (2 x 64 x 64 float32, 32 KiB) in the lossless and compressing
-codecs a pipeline link uses (``MESSAGE_SPECS``), printed in microseconds per call with the
-new / old CPU ratio.  Old and new decode the same payload (each codec's own encoding).
+micro-batch activation (2 x 64 x 64 float32, 32 KiB; tiny-opt's own is 2 x 64 x 32) in the
+lossless and compressing codecs a pipeline link uses (``MESSAGE_SPECS``), printed in
+microseconds per call with the new / old CPU ratio.  Old and new decode the same payload (each codec's own encoding).
 
 Every repeat times ``torch.clone`` and each encoder once (the least of three
 back-to-back runs, by CPU time), old and new in turn, on the 4M-element float32
