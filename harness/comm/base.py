@@ -162,7 +162,7 @@ class PostedRecv:
 
 
 class _Waiting:
-    """``with comm._waiting():`` around a blocking operation: the rank is marked waiting on
+    """``with comm._waiting:`` around a blocking operation: the rank is marked waiting on
     its progress board (if it has one) and a timeout inside names the stalled peer.  A plain
     object, not a generator context manager: it is entered on every send and receive."""
 
@@ -219,7 +219,9 @@ class Comm(ABC):
         self.pacer = LinkPacer(bandwidth_bps) if bandwidth_bps else None
         self._sender: PacedSender | None = None  # started by the first paced send
         self._posted: dict[int, deque[PostedRecv]] = {}  # per peer, oldest first
-        self._waiting_mark = _Waiting(self)
+        # ``with self._waiting:`` around a blocking operation: the rank is marked waiting on the
+        # board, and a timeout inside names the stalled peer (an attribute: entered per message)
+        self._waiting = _Waiting(self)
         self._p2p_flows: dict[tuple[str, int, str], Flow] = {}  # per (direction, peer, tag)
 
     # ---- raw primitives -------------------------------------------------
@@ -264,14 +266,9 @@ class Comm(ABC):
         Bytes only: what a peer sends is parsed by a validating decoder
         (``harness.rank_output_wire``), never unpickled.
         """
-        with self._waiting():
+        with self._waiting:
             self._sync_sends()
             return self._gather_bytes_raw(bytes(data))
-
-    # ---- progress ------------------------------------------------------------
-    def _waiting(self) -> _Waiting:
-        """Mark a blocking operation on the board; a timeout names the stalled peer."""
-        return self._waiting_mark
 
     # ---- helpers ---------------------------------------------------------
     def _check_peer(self, peer: int, what: str) -> None:
@@ -304,13 +301,14 @@ class Comm(ABC):
             raise CommError(f"rank {self.rank}: message of {n} bytes to rank {dst} exceeds "
                             f"the maximum frame size {self.max_frame_bytes} (raise it with "
                             f"--max-frame-bytes or --set max_frame_bytes=...)")
-        self._delay(1)
+        if self.latency_s:  # tested here, not in _delay: a call per message
+            self._delay(1)
         release = None if self.pacer is None else self.pacer.outgoing_release(wire_bytes(n, FRAME_HEADER_BYTES))
         if release is not None and (release > self.pacer.clock() or not self._sender_idle()):
             # the link delays the bytes, not the caller: the sender thread posts them at release
             self._paced_sender().put(release, data.detach().contiguous().clone(), dst, tag_hash(tag))
         else:  # unshaped, or covered by the bucket behind an idle sender: it leaves now, from here,
-            with self._waiting():  # as through tbf (no hop through the sender thread)
+            with self._waiting:  # as through tbf (no hop through the sender thread)
                 self._send_frame(data.contiguous(), dst, tag_hash(tag))
         self.meter.record(self._p2p_flow("sent", dst, tag), n, framing=FRAME_HEADER_BYTES)
 
@@ -380,7 +378,7 @@ class Comm(ABC):
                                 f"one under {posted[0].tag!r} was posted before it (the program posts "
                                 "receives it does not take in order)")
             return self._take(posted[0])
-        with self._waiting():
+        with self._waiting:
             data = self._recv_frame(src, tag_hash(tag))
         return self._received(src, tag, data)
 
@@ -390,13 +388,14 @@ class Comm(ABC):
             raise CommError(f"rank {self.rank}: a posted receive from rank {posted.src} was waited on "
                             "twice or out of order (receives from a peer complete in posting order)")
         queue.popleft()
-        with self._waiting():
+        with self._waiting:
             data = posted._pending.result()
         return self._received(posted.src, posted.tag, data)
 
     def _received(self, src: int, tag: str, data: torch.Tensor) -> torch.Tensor:
         n = data.numel()
-        self._pace("incoming", n, FRAME_HEADER_BYTES)
+        if self.pacer is not None:  # tested here, not in _pace: a call per message
+            self._pace("incoming", n, FRAME_HEADER_BYTES)
         self.meter.record(self._p2p_flow("received", src, tag), n, framing=FRAME_HEADER_BYTES)
         return data
 
@@ -416,7 +415,7 @@ class Comm(ABC):
         if any(self._posted.get(src) for src in srcs):
             raise CommError(f"rank {self.rank}: receive from any of ranks {srcs} while a receive from "
                             "one of them is posted (it would take that receive's frame)")
-        with self._waiting():
+        with self._waiting:
             src, data = self._recv_any_frame(srcs, tag_hash(tag))
         return src, self._received(src, tag, data)
 
@@ -429,7 +428,7 @@ class Comm(ABC):
         self._delay(self._collective_rounds())
         peers = self.world_size - 1
         self._pace("outgoing", raw.numel() * peers)
-        with self._waiting():
+        with self._waiting:
             self._sync_sends()
             parts = self._all_gather_raw(raw)
         self._pace("incoming", raw.numel() * peers)
@@ -469,7 +468,7 @@ class Comm(ABC):
         if self.rank == src:
             self._delay(self._collective_rounds())
             self._pace("outgoing", raw.numel() * peers)
-        with self._waiting():
+        with self._waiting:
             self._sync_sends()
             out = self._broadcast_raw(raw.clone(), src)
         if self.rank != src:
@@ -483,6 +482,6 @@ class Comm(ABC):
     def barrier(self) -> None:
         """Wait for every rank (not metered: it carries no payload)."""
         if self.world_size > 1:
-            with self._waiting():
+            with self._waiting:
                 self._sync_sends()
                 self._barrier()

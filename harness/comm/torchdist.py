@@ -80,7 +80,9 @@ import ctypes
 import datetime as _dt
 import os
 from collections import deque
+from collections.abc import Mapping
 from dataclasses import dataclass
+from types import MappingProxyType
 
 import numpy as np
 import torch
@@ -143,6 +145,8 @@ MAX_IN_FLIGHT_FRAMES = 8
 #: Bytes per rank in one round of the results gather (what a declared size can cost rank 0
 #: before those bytes arrive is one round: world x this).
 GATHER_ROUND_BYTES = 4 << 20
+# The expected sizes of a receive with no size history: read only, shared (not a new dict per message).
+_NO_SIZES: Mapping[int, int] = MappingProxyType({})
 # This process's Comms with sends posted: held here until those are waited on, so a Comm
 # the program dropped still delivers them (close of any Comm waits for all, see _close_sends).
 _POSTING: set = set()
@@ -292,14 +296,14 @@ class _PostedFrame:
 
     def start(self) -> None:
         comm = self._comm
-        self._first = comm._post_first(self._src, self._taghash, f"recv from rank {self._src}",
+        self._first = comm._post_first(self._src, self._taghash, comm._recv_what[self._src],
                                        comm._peer_buffer(self._src))
 
     def result(self) -> torch.Tensor:
         comm, src = self._comm, self._src
         queue = comm._ahead[src]
         try:  # the oldest posted from its peer (Comm._take checks), so already started
-            payload = comm._finish_frame(src, self._taghash, f"recv from rank {src}", self._first)
+            payload = comm._finish_frame(src, self._taghash, comm._recv_what[src], self._first)
         finally:
             queue.popleft()
             if queue:
@@ -362,6 +366,9 @@ class TorchDistComm(Comm):
         # the transport's own calls (dist.isend/irecv resolve and check the group on every call)
         self._pg = dist.group.WORLD
         self._guards: dict[str, _BackendErrors] = {}
+        # what a point-to-point wait names, per peer: made once, not formatted per message
+        self._recv_what = [f"recv from rank {r}" for r in range(self.world_size)]
+        self._send_what = [f"send to rank {r}" for r in range(self.world_size)]
 
     def _guard(self, what: str) -> _BackendErrors:
         """Turn the backend's errors (closed peer, timeout) into CommError (one object per
@@ -436,7 +443,7 @@ class TorchDistComm(Comm):
         if not self._sends:
             _POSTING.discard(self)
         for w in posted.works:
-            self._wait(w, f"send to rank {posted.dst}")
+            self._wait(w, self._send_what[posted.dst])
         self._spare_frames.append((posted.frame, posted.view))  # the transport is done with it
         del self._spare_frames[:-SPARE_FRAMES]
 
@@ -509,7 +516,7 @@ class TorchDistComm(Comm):
         """Post the receive of a frame's first message: (buffer, expected sizes per source, work)."""
         if src is not None:
             e = self._sizes_in.expected(src, taghash)
-            expected = {} if e is None else {src: e}
+            expected = _NO_SIZES if e is None else {src: e}
         else:
             expected = {s: e for s in srcs if (e := self._sizes_in.expected(s, taghash)) is not None}
         if expected:
@@ -561,7 +568,7 @@ class TorchDistComm(Comm):
         return self._peer_buffers[src]
 
     def _recv_frame(self, src, taghash, hbuf: _RecvBuffer | None = None):
-        what = f"recv from rank {src}"
+        what = self._recv_what[src]
         return self._finish_frame(src, taghash, what, self._post_first(src, taghash, what, hbuf))
 
     def _finish_frame(self, src: int, taghash: int, what: str, posted) -> torch.Tensor:
@@ -593,7 +600,7 @@ class TorchDistComm(Comm):
         end = n + FRAME_END_NBYTES
         slack_guard = self._first_guard[-_CHECKED:]
         buf.write(n, bytes(FRAME_END_NBYTES) + slack_guard)  # a short message leaves the marker's slot zero
-        self._recv_message(buf.tensor, src, f"recv from rank {src}")
+        self._recv_message(buf.tensor, src, self._recv_what[src])
         got = buf.read(n, end + _CHECKED)
         self._check_guard(got[FRAME_END_NBYTES:], slack_guard, src, end)
         check_frame_end(got[:FRAME_END_NBYTES], rank=self.rank, src=src, nbytes=n)
