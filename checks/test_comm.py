@@ -331,6 +331,33 @@ def test_gloo_barrier_times_out_with_a_clear_error(tmp_path):
     assert out[0] == "rank 0: barrier timed out after 1 s"
 
 
+def _waits_for_a_silent_peer(fifo, comm):
+    if comm.rank == 1:  # alive, and silent, until rank 2 has timed out
+        with open(fifo, "rb") as f:
+            f.read()
+        return None
+    if comm.rank == 0:
+        return None
+    try:
+        comm.recv(1)
+    except CommTimeout as e:
+        return str(e)
+    finally:
+        with open(fifo, "wb") as f:
+            f.write(b"x")
+    return "no timeout"
+
+
+@pytest.mark.gloo
+def test_gloo_blocking_receive_timeout_names_the_peer_it_waited_for(tmp_path):
+    """Rank 2 waits for rank 1 (not rank 0, where a wrong name could hide): its error says so."""
+    fifo = tmp_path / "fifo"
+    os.mkfifo(fifo)
+    # 3 s: the group's rendezvous of 3 spawned ranks on 2 busy cores has that long too
+    out = run_gloo(3, functools.partial(_waits_for_a_silent_peer, str(fifo)), timeout_s=3)
+    assert out[2] == "rank 2: recv from rank 1 timed out after 3 s"
+
+
 def _dies_program(comm):
     import os
 
