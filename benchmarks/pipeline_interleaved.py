@@ -8,8 +8,9 @@ drifts by tens of per cent over seconds, their per-repeat ratios spread over
 step, with a barrier before each: the engine's ``pipeline_step`` over a
 ``TorchDistComm`` in both schedules (what ``pipeline-sgd`` runs per step, without
 the launcher's per-step bookkeeping), ``torch.distributed.pipelining``'s
-``ScheduleGPipe`` and ``Schedule1F1B``, and the hand-written GPipe of
-``pipeline_ratio`` (bare ``dist.isend`` / ``recv``).  A step's time is the slower
+``ScheduleGPipe`` and ``Schedule1F1B``, the hand-written GPipe of
+``pipeline_ratio`` (bare ``dist.isend`` / ``recv``), and the engine's 1F1B with its links
+carrying raw tensor bytes, no codec (what the lossless codec's work per message costs it).  A step's time is the slower
 rank's, from the barrier to after the optimiser step; a ratio is taken per step
 between neighbours in time (the same round), and the table gives its median
 [quartiles] over the measured steps, with each contestant's median step time
@@ -47,17 +48,43 @@ from benchmarks.pipelining_ratio import StageModule, engine_config
 from benchmarks.spread import quartiles
 
 WARMUP = 3  # rounds left out (the peer's first step infers its boundary shapes)
-CONTESTANTS = ("engine[gpipe]", "engine[1f1b]", "ScheduleGPipe", "Schedule1F1B", "hand-written GPipe")
+CONTESTANTS = ("engine[gpipe]", "engine[1f1b]", "ScheduleGPipe", "Schedule1F1B", "hand-written GPipe",
+               "engine[1f1b] raw bytes")
 RATIOS = (("engine[gpipe]", "ScheduleGPipe"), ("engine[1f1b]", "Schedule1F1B"),
           ("engine[gpipe]", "hand-written GPipe"), ("engine[1f1b]", "engine[gpipe]"),
-          ("Schedule1F1B", "ScheduleGPipe"))
+          ("Schedule1F1B", "ScheduleGPipe"), ("engine[1f1b] raw bytes", "Schedule1F1B"),
+          ("engine[1f1b]", "engine[1f1b] raw bytes"))
+
+
+def _raw_bytes_links(stage, rank: int, rows: int, seq_len: int):
+    """The engine's links with no codec: each boundary tensor crosses as its raw bytes and is
+    viewed back in the shape the stage's boundary has (what a codec's header would carry).  The
+    engine's 1F1B over them is what that schedule costs without the lossless codec's work per
+    message (its payload copy, header and CRCs); the same arithmetic, so the same parameters."""
+    from algorithms.codecs.channel import Channel
+    from algorithms.pipeline.engine import StageLinks
+
+    class RawBytes(Channel):
+        def __init__(self, spec):
+            super().__init__(codec=None)
+            self.shape, self.dtype = spec.shape, spec.dtype
+
+        def send(self, comm, x, dst, tag, key=None):
+            comm.send(x.detach().contiguous().reshape(-1).view(torch.uint8), dst, tag=tag)
+
+        def recv(self, comm, src, tag, key=None, device=None):
+            return comm.recv(src, tag=tag).view(self.dtype).reshape(self.shape)
+
+    (into,), (out,) = stage.input_specs(rows, seq_len), stage.output_specs(rows, seq_len)
+    return StageLinks(fwd_in=RawBytes(into) if rank == 1 else None, bwd_out=RawBytes(into) if rank == 1 else None,
+                      fwd_out=RawBytes(out) if rank == 0 else None, bwd_in=RawBytes(out) if rank == 0 else None)
 
 
 def _contestants(cfg, rank: int, comm):
     """name -> (stage, optimiser, step(ids, labels)) for this rank, each on its own stage copy."""
     from torch.distributed import pipelining
 
-    from algorithms.pipeline.engine import LinkCodecs, pipeline_step
+    from algorithms.pipeline.engine import LinkCodecs, pipeline_step, run_step
     from algorithms.pipeline.sgd import _optimizer, _wire_codec
     from harness.models import build_stage, lm_loss
 
@@ -69,7 +96,12 @@ def _contestants(cfg, rank: int, comm):
         stage = build_stage(cfg.model, seed=cfg.seed, num_stages=2, stage_index=rank, cut=p.cut,
                             dtype=cfg.torch_dtype)
         opt = _optimizer(stage.parameters(), p)
-        if name.startswith("engine"):
+        if name == "engine[1f1b] raw bytes":
+            links = _raw_bytes_links(stage, rank, cfg.batch_size // M, cfg.seq_len)
+
+            def step(ids, labels, stage=stage, links=links):
+                run_step(comm, stage, ids, labels, M, links, schedule="1f1b")
+        elif name.startswith("engine"):
             schedule = name[len("engine["):-1]
 
             def step(ids, labels, stage=stage, schedule=schedule):
