@@ -306,46 +306,40 @@ def test_an_nccl_comm_lives_on_the_current_cuda_device(tmp_path, monkeypatch):
             dist.destroy_process_group()
 
 
-def _lone_barrier_program(fifo, comm):
-    if comm.rank == 1:  # never enters the barrier; alive until rank 0 gave up on it
+def _times_out_on_a_silent_peer(fifo, waiter, silent, wait, comm):
+    """Rank ``waiter`` runs ``wait(comm)``, which needs rank ``silent``; that rank stays alive and
+    silent until the waiter gave up (a named pipe, not a sleep: had it exited, the wait would fail
+    on the closed connection instead of timing out).  The waiter returns its CommTimeout's text."""
+    if comm.rank == silent:
         with open(fifo, "rb") as f:
             f.read()
         return None
+    if comm.rank != waiter:
+        return None
     try:
-        comm.barrier()
+        wait(comm)
     except CommTimeout as e:
         return str(e)
     finally:
         with open(fifo, "wb") as f:
             f.write(b"x")
     return "no timeout"
+
+
+def _barrier(comm):
+    comm.barrier()
+
+
+def _recv_from_rank_1(comm):
+    comm.recv(1)
 
 
 @pytest.mark.gloo
 def test_gloo_barrier_times_out_with_a_clear_error(tmp_path):
-    # A named pipe keeps rank 1 alive without a sleep: had it exited, rank 0's
-    # barrier would fail on the closed connection instead of timing out.
     fifo = tmp_path / "fifo"
     os.mkfifo(fifo)
-    out = run_gloo(2, functools.partial(_lone_barrier_program, str(fifo)), timeout_s=1)
+    out = run_gloo(2, functools.partial(_times_out_on_a_silent_peer, str(fifo), 0, 1, _barrier), timeout_s=1)
     assert out[0] == "rank 0: barrier timed out after 1 s"
-
-
-def _waits_for_a_silent_peer(fifo, comm):
-    if comm.rank == 1:  # alive, and silent, until rank 2 has timed out
-        with open(fifo, "rb") as f:
-            f.read()
-        return None
-    if comm.rank == 0:
-        return None
-    try:
-        comm.recv(1)
-    except CommTimeout as e:
-        return str(e)
-    finally:
-        with open(fifo, "wb") as f:
-            f.write(b"x")
-    return "no timeout"
 
 
 @pytest.mark.gloo
@@ -354,7 +348,8 @@ def test_gloo_blocking_receive_timeout_names_the_peer_it_waited_for(tmp_path):
     fifo = tmp_path / "fifo"
     os.mkfifo(fifo)
     # 3 s: the group's rendezvous of 3 spawned ranks on 2 busy cores has that long too
-    out = run_gloo(3, functools.partial(_waits_for_a_silent_peer, str(fifo)), timeout_s=3)
+    out = run_gloo(3, functools.partial(_times_out_on_a_silent_peer, str(fifo), 2, 1, _recv_from_rank_1),
+                   timeout_s=3)
     assert out[2] == "rank 2: recv from rank 1 timed out after 3 s"
 
 

@@ -228,7 +228,8 @@ def seal(data: torch.Tensor) -> None:
 
 
 _U32 = struct.Struct("<I")
-_TWO_CRCS = struct.Struct("<II")  # the body CRC, then the header CRC: a version-2 header's last 8 bytes
+#: A version-2 header's last 8 bytes: the body CRC, then the header CRC.
+TWO_CRCS = struct.Struct("<II")
 
 
 def seal_at(arr, h0: int, prefix_crc: int) -> None:
@@ -237,7 +238,7 @@ def seal_at(arr, h0: int, prefix_crc: int) -> None:
     that made the header knows both): the header CRC continues from it over the body CRC
     (``crc32(b, crc32(a)) == crc32(a + b)``), so the header is not read again."""
     body = body_crc32(arr[h0:])
-    _TWO_CRCS.pack_into(arr, h0 - CRC_BYTES - BODY_CRC_BYTES, body, zlib.crc32(_U32.pack(body), prefix_crc))
+    TWO_CRCS.pack_into(arr, h0 - CRC_BYTES - BODY_CRC_BYTES, body, zlib.crc32(_U32.pack(body), prefix_crc))
 
 
 class Header(NamedTuple):

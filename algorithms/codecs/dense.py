@@ -20,6 +20,7 @@ from ._core import (
     FLOAT_DTYPES,
     INT_DTYPES,
     LITTLE_ENDIAN,
+    TWO_CRCS,
     VERSION_BODY_CRC,
     Codec,
     CodecError,
@@ -176,7 +177,7 @@ class DenseCodec(Codec):
         seen = self._seen.get(raw[:FIXED_HEADER + 4 * raw[5] + 1]) if len(raw) > FIXED_HEADER else None
         if seen is not None and arr.size == seen.h0 + seen.body:
             h0 = seen.h0
-            body_crc, crc = struct.unpack_from("<II", raw, h0 - CRC_BYTES - BODY_CRC_BYTES)
+            body_crc, crc = TWO_CRCS.unpack_from(raw, h0 - CRC_BYTES - BODY_CRC_BYTES)
             if (zlib.crc32(raw[h0 - CRC_BYTES - BODY_CRC_BYTES: h0 - CRC_BYTES], seen.fields_crc) == crc
                     and (max_numel is None or seen.numel <= max_numel)
                     and seen.out_bytes <= max_decoded_bytes() and body_crc32(arr[h0:]) == body_crc):
