@@ -3,9 +3,9 @@
 Two spawned gloo ranks play ping-pong through ``TorchDistComm`` (rank 1 sends back what it
 received, as ``benchmarks.roundtrip_ratio`` does).  On rank 1, every round is stamped with
 ``time.perf_counter_ns`` at five points: when gloo's wait for the incoming message returns
-(inside the Comm's ``_wait_message``), when the frame's header has been parsed
+(the wait of the work the Comm's receive posted), when the frame's header has been parsed
 (``parse_frame_header``), when the frame has passed its checks and its payload is in hand
-(``_finish_frame``: the end marker and guard, the copy out of a reused buffer, the size
+(``_frame``: the end marker and guard, the copy out of a reused buffer, the size
 history), when ``recv`` hands back the payload (after the meter), and when ``send`` hands the
 reply to gloo (the Comm's process group's ``send``).  The table gives, per size, the median of
 each span over the rounds: what the Comm's own code adds to every round trip's critical path
@@ -31,7 +31,8 @@ WARMUP = 20
 
 
 class _StampedGroup:
-    """The Comm's process group, stamping the moment a send reaches gloo."""
+    """The Comm's process group, stamping the moment a send reaches gloo and the moment the wait
+    for a received message returns."""
 
     def __init__(self, pg, stamps: dict):
         self._pg, self._stamps = pg, stamps
@@ -41,10 +42,22 @@ class _StampedGroup:
         return self._pg.send(*args)
 
     def recv(self, *args):
-        return self._pg.recv(*args)
+        return _StampedWork(self._pg.recv(*args), self._stamps)
 
     def recv_anysource(self, *args):
         return self._pg.recv_anysource(*args)
+
+
+class _StampedWork:
+    """A receive's work, stamping "woke" when its wait returns."""
+
+    def __init__(self, work, stamps: dict):
+        self._work, self._stamps = work, stamps
+
+    def wait(self, *args):
+        out = self._work.wait(*args)
+        self._stamps["woke"] = time.perf_counter_ns()
+        return out
 
 
 def _stamped(fn, stamps: dict, key: str):
@@ -72,8 +85,7 @@ def _rank(rank: int, port: int, sizes: list[int], rounds: int, q) -> None:
     comm = TorchDistComm("gloo", timeout_s=120.0)
     stamps: dict[str, int] = {}
     comm._pg = _StampedGroup(comm._pg, stamps)
-    comm._wait_message = _stamped(comm._wait_message, stamps, "woke")
-    comm._finish_frame = _stamped(comm._finish_frame, stamps, "frame")
+    comm._frame = _stamped(comm._frame, stamps, "frame")
     torchdist.parse_frame_header = _stamped(torchdist.parse_frame_header, stamps, "header")
     out = {}
     for size in sizes:

@@ -84,7 +84,7 @@ def _posted_round(frame: torch.Tensor, big: torch.Tensor, rank: int, pending: de
 
 class _Copies:
     """What the Comm copies per message at one payload size, with no other Python: its frame
-    (``_send_frame``), its reused first buffer and guard (``_post_first``, ``_check_first``), or
+    (``_send_frame``), its reused first buffer and guard (``_post_first``, ``_frame``), or
     a new buffer per frame at a size its pair expects (``_sized_buffer``)."""
 
     def __init__(self, size: int):

@@ -306,11 +306,14 @@ def test_an_nccl_comm_lives_on_the_current_cuda_device(tmp_path, monkeypatch):
             dist.destroy_process_group()
 
 
-def _times_out_on_a_silent_peer(fifo, waiter, silent, wait, comm):
-    """Rank ``waiter`` runs ``wait(comm)``, which needs rank ``silent``; that rank stays alive and
-    silent until the waiter gave up (a named pipe, not a sleep: had it exited, the wait would fail
-    on the closed connection instead of timing out).  The waiter returns its CommTimeout's text."""
+def _times_out_on_a_silent_peer(fifo, waiter, silent, wait, comm, first=None):
+    """Rank ``waiter`` runs ``wait(comm)``, which needs rank ``silent``; that rank (after
+    ``first(comm)``, if given) stays alive and silent until the waiter gave up (a named pipe, not a
+    sleep: had it exited, the wait would fail on the closed connection instead of timing out).
+    The waiter returns its CommTimeout's text."""
     if comm.rank == silent:
+        if first is not None:
+            first(comm)
         with open(fifo, "rb") as f:
             f.read()
         return None
@@ -350,6 +353,28 @@ def test_gloo_blocking_receive_timeout_names_the_peer_it_waited_for(tmp_path):
     # 3 s: the group's rendezvous of 3 spawned ranks on 2 busy cores has that long too
     out = run_gloo(3, functools.partial(_times_out_on_a_silent_peer, str(fifo), 2, 1, _recv_from_rank_1),
                    timeout_s=3)
+    assert out[2] == "rank 2: recv from rank 1 timed out after 3 s"
+
+
+def _header_of_a_large_frame_to_rank_2(comm):
+    # past the Comm: a frame's header announcing a body (two messages), and no body
+    import torch.distributed as dist
+
+    from harness.comm.base import pack_frame_header, tag_hash
+    from harness.comm.torchdist import INLINE_MAX_PAYLOAD
+
+    header = pack_frame_header(INLINE_MAX_PAYLOAD + 1, tag_hash(""))
+    dist.send(torch.frombuffer(bytearray(header), dtype=torch.uint8), 2)
+
+
+@pytest.mark.gloo
+def test_gloo_timeout_waiting_for_a_body_names_the_peer_it_waited_for(tmp_path):
+    """Rank 1 sends rank 2 a large frame's header and no body: rank 2's wait for the body times
+    out, naming rank 1."""
+    fifo = tmp_path / "fifo"
+    os.mkfifo(fifo)
+    out = run_gloo(3, functools.partial(_times_out_on_a_silent_peer, str(fifo), 2, 1, _recv_from_rank_1,
+                                        first=_header_of_a_large_frame_to_rank_2), timeout_s=3)
     assert out[2] == "rank 2: recv from rank 1 timed out after 3 s"
 
 

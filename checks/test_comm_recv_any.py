@@ -149,3 +149,25 @@ def test_recv_any_gloo_tag_mismatch_and_timeout():
     msg, waited = res[0]
     assert msg.startswith("CommError") and "timed out" in msg.lower(), msg
     assert waited < 30
+
+
+def _from_a_rank_not_asked(comm):
+    # rank 2 sends, rank 1 (the one asked) does not: gloo's receive from any source takes what
+    # comes from any rank, and the Comm must refuse a frame from one it was not asked for
+    out = None
+    if comm.rank == 2:
+        comm.send(torch.empty(0, dtype=torch.uint8), 0, tag="t")
+    elif comm.rank == 0:
+        try:
+            comm.recv_any([1], tag="t")
+            out = "no error"
+        except CommError as e:
+            out = f"CommError: {e}"
+    comm.barrier()
+    return out
+
+
+@pytest.mark.gloo
+def test_recv_any_gloo_refuses_a_frame_from_a_rank_it_was_not_asked_for():
+    res = run_gloo(3, _from_a_rank_not_asked, timeout_s=30)
+    assert res[0].startswith("CommError") and "from rank 2, which is not one of them" in res[0], res[0]

@@ -303,7 +303,8 @@ class _PostedFrame:
         comm, src = self._comm, self._src
         queue = comm._ahead[src]
         try:  # the oldest posted from its peer (Comm._take checks), so already started
-            payload = comm._finish_frame(src, self._taghash, comm._recv_what[src], self._first)
+            comm._wait(self._first[2], comm._recv_what[src])
+            payload = comm._frame(src, self._taghash, self._first)
         finally:
             queue.popleft()
             if queue:
@@ -470,18 +471,6 @@ class TorchDistComm(Comm):
         except Exception as e:
             raise _backend_error(self.rank, what, e) from e
 
-    def _wait_message(self, work, src: int | None, what: str) -> int:
-        """Wait for a posted message (bounded by the timeout); returns its source."""
-        self._wait(work, what)
-        if src is not None:
-            return src
-        with self._guard(what):
-            return int(work._source_rank())
-
-    def _recv_message(self, buf: torch.Tensor, src: int | None, what: str) -> int:
-        """Receive one transport message into ``buf``; returns its source."""
-        return self._wait_message(self._post_message(buf, src, what), src, what)
-
     def _check_guard(self, got: bytes, guard: bytes, src: int, end: int) -> None:
         # a longer message overwrites the bytes after its expected end from their start
         if got != guard:
@@ -505,12 +494,6 @@ class TorchDistComm(Comm):
             buf.write(lo, _far_guard(self._first_guard, lo, lo + FRAME_END_NBYTES + _CHECKED))
         return buf
 
-    def _recv_first(self, src: int | None, taghash: int, what: str, hbuf: _RecvBuffer | None = None,
-                    srcs: list[int] = ()) -> tuple[int, int, torch.Tensor | None]:
-        """A frame's first message from ``src`` (None: from any rank, ``srcs`` the ones the program
-        takes from): (source, payload length, the payload if it came with the header)."""
-        return self._check_first(src, taghash, what, self._post_first(src, taghash, what, hbuf, srcs))
-
     def _post_first(self, src: int | None, taghash: int, what: str, hbuf: _RecvBuffer | None = None,
                     srcs: list[int] = ()):
         """Post the receive of a frame's first message: (buffer, expected sizes per source, work)."""
@@ -529,12 +512,14 @@ class TorchDistComm(Comm):
             hbuf.write(0, self._first_guard_view[:dirty])  # a slice of a memoryview: no copy
         return hbuf, expected, self._post_message(hbuf.tensor, src, what)
 
-    def _check_first(self, src: int | None, taghash: int, what: str, posted) -> tuple[int, int, torch.Tensor | None]:
-        """Wait for a posted first message and check it (``_recv_first``)."""
+    def _frame(self, got: int, taghash: int, posted) -> torch.Tensor:
+        """The payload of a frame from ``got`` whose first message (``_post_first``) has arrived:
+        that message checked, the body received if one follows, the pair's size history updated.
+        (Every receive's own code, called once per message after the wait: each layer of calls
+        between gloo's wait and the payload is on a ping-pong's critical path.)"""
         # The checks read numpy views on the host: no tensor op (and no tensor the memory
         # meter would count) per check.
-        hbuf, expected, work = posted
-        got = self._wait_message(work, src, what)
+        hbuf, expected, _ = posted
         n = parse_frame_header(hbuf.read(0, FRAME_HEADER_NBYTES), rank=self.rank, src=got,
                                taghash=taghash, max_frame_bytes=self.max_frame_bytes)
         sized = n == expected.get(got)  # the whole frame, at the size this pair's history expects
@@ -545,13 +530,14 @@ class TorchDistComm(Comm):
         if inline:
             check_frame_end(tail[:FRAME_END_NBYTES], rank=self.rank, src=got, nbytes=n)
         self._check_guard(tail[FRAME_END_NBYTES:], guard, got, end)
-        if not sized:
-            hbuf.dirty = end
-        if not inline:  # the header alone; the body follows
-            return got, n, None
         if sized:  # a buffer of its own: the payload is a view of it
-            return got, n, hbuf.payload(FRAME_HEADER_NBYTES, n)
-        return got, n, hbuf.take(FRAME_HEADER_NBYTES, n)  # the reused buffer: copied out
+            payload = hbuf.payload(FRAME_HEADER_NBYTES, n)
+        else:
+            hbuf.dirty = end
+            # the reused buffer: copied out; or the header alone, and the body follows
+            payload = hbuf.take(FRAME_HEADER_NBYTES, n) if inline else self._recv_body(n, got)
+        self._sizes_in.record(got, taghash, n)
+        return payload
 
     def _post_recv_frame(self, src, taghash):
         posted = _PostedFrame(self, src, taghash)
@@ -569,26 +555,22 @@ class TorchDistComm(Comm):
 
     def _recv_frame(self, src, taghash, hbuf: _RecvBuffer | None = None):
         what = self._recv_what[src]
-        return self._finish_frame(src, taghash, what, self._post_first(src, taghash, what, hbuf))
-
-    def _finish_frame(self, src: int, taghash: int, what: str, posted) -> torch.Tensor:
-        """The payload of the frame whose first message was posted (``_post_first``)."""
-        _, n, payload = self._check_first(src, taghash, what, posted)
-        payload = payload if payload is not None else self._recv_body(n, src)
-        self._sizes_in.record(src, taghash, n)
-        return payload
+        posted = self._post_first(src, taghash, what, hbuf)
+        self._wait(posted[2], what)
+        return self._frame(src, taghash, posted)
 
     def _recv_any_frame(self, srcs, taghash):
         # The first message from any source (gloo's recv-from-any-source), then the body
         # from that source: per-pair FIFO order keeps header and body together.
         what = f"recv from any of ranks {srcs}"
-        src, n, payload = self._recv_first(None, taghash, what, srcs=srcs)
+        posted = self._post_first(None, taghash, what, srcs=srcs)
+        self._wait(posted[2], what)
+        with self._guard(what):
+            src = int(posted[2]._source_rank())
         if src not in srcs:
             raise CommError(f"rank {self.rank}: {what} got a message from rank {src}, "
                             "which is not one of them (the ranks' programs disagree)")
-        payload = payload if payload is not None else self._recv_body(n, src)
-        self._sizes_in.record(src, taghash, n)
-        return src, payload
+        return src, self._frame(src, taghash, posted)
 
     def _recv_body(self, n: int, src: int) -> torch.Tensor:
         """The payload of ``n`` bytes a checked header announced, in its own message."""
@@ -600,7 +582,8 @@ class TorchDistComm(Comm):
         end = n + FRAME_END_NBYTES
         slack_guard = self._first_guard[-_CHECKED:]
         buf.write(n, bytes(FRAME_END_NBYTES) + slack_guard)  # a short message leaves the marker's slot zero
-        self._recv_message(buf.tensor, src, self._recv_what[src])
+        what = self._recv_what[src]
+        self._wait(self._post_message(buf.tensor, src, what), what)
         got = buf.read(n, end + _CHECKED)
         self._check_guard(got[FRAME_END_NBYTES:], slack_guard, src, end)
         check_frame_end(got[:FRAME_END_NBYTES], rank=self.rank, src=src, nbytes=n)
