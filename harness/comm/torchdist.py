@@ -164,25 +164,24 @@ class _Posted:
     nbytes: int
 
 
-class _SizeHistory:
+class _SizeHistory(dict):
     """Per (peer, tag hash): the last payload size of at least ``SIZED_MIN_PAYLOAD`` bytes and
     whether the one before had the same size.  Sender and receiver record the same frames in
     the same order (gloo keeps a pair's messages in order; a receive checks the tag), so both
-    ends agree on ``expected`` without a message: the size a frame may travel at in one message."""
-
-    def __init__(self):
-        self._last: dict[tuple[int, int], tuple[int, bool]] = {}
+    ends agree on ``expected`` without a message: the size a frame may travel at in one message.
+    A dict of ``(peer, tag hash) -> (size, repeated)``, so that an empty history (small frames
+    only) is seen without a call: ``if history``."""
 
     def expected(self, peer: int, taghash: int) -> int | None:
-        last = self._last.get((peer, taghash))
+        last = self.get((peer, taghash))
         return last[0] if last is not None and last[1] else None
 
     def record(self, peer: int, taghash: int, n: int) -> None:
         if n < SIZED_MIN_PAYLOAD:
-            self._last.pop((peer, taghash), None)
+            self.pop((peer, taghash), None)
         else:
-            last = self._last.get((peer, taghash))
-            self._last[(peer, taghash)] = (n, last is not None and last[0] == n)
+            last = self.get((peer, taghash))
+            self[(peer, taghash)] = (n, last is not None and last[0] == n)
 
 
 def _first_buffer_guard() -> bytes:
@@ -399,7 +398,8 @@ class TorchDistComm(Comm):
         # copied next to its header or end marker, so the caller may reuse its tensor at
         # once) and gloo keeps their order per peer.  They are waited on when the bytes in
         # flight pass the bound, and at every collective and barrier (_flush_sends).
-        self._reap_sends()
+        if self.backend != "gloo":  # on gloo it lets go of nothing (_reap_sends)
+            self._reap_sends()
         n = data.numel()
         nbytes = FRAME_HEADER_NBYTES + n + FRAME_END_NBYTES
         frame, view = self._new_frame(nbytes)
@@ -414,8 +414,10 @@ class TorchDistComm(Comm):
         host_frame, frame = frame, (frame if self._host else frame.to(self.device))
         # one message (header, payload, end marker) when it fits the receiver's first buffer or
         # has the size the receiver expects from this pair's history, else the header, then the body
-        whole = n <= INLINE_MAX_PAYLOAD or n == self._sizes_out.expected(dst, taghash)
-        self._sizes_out.record(dst, taghash, n)
+        sizes = self._sizes_out
+        whole = n <= INLINE_MAX_PAYLOAD or n == sizes.expected(dst, taghash)
+        if sizes or n >= SIZED_MIN_PAYLOAD:  # else nothing to record (a call per message saved)
+            sizes.record(dst, taghash, n)
         try:
             works = ([self._pg.send([frame], dst, 0)] if whole else
                      [self._pg.send([frame[:FRAME_HEADER_NBYTES]], dst, 0),
@@ -449,11 +451,9 @@ class TorchDistComm(Comm):
         del self._spare_frames[:-SPARE_FRAMES]
 
     def _reap_sends(self) -> None:
-        """Let go of the sends that completed (a failed one raises, naming its peer).  Gloo's
-        send work says it completed only once waited on: there this would let go of nothing,
-        and is skipped (it ran on every send)."""
-        if self.backend == "gloo":
-            return
+        """Let go of the sends that completed (a failed one raises, naming its peer).  Not on
+        gloo, whose send work says it completed only once waited on: there this would let go of
+        nothing (``_send_frame`` does not call it)."""
         while self._sends and all(w.is_completed() for w in self._sends[0].works):
             self._finish_oldest_send()
 
@@ -498,7 +498,7 @@ class TorchDistComm(Comm):
                     srcs: list[int] = ()):
         """Post the receive of a frame's first message: (buffer, expected sizes per source, work)."""
         if src is not None:
-            e = self._sizes_in.expected(src, taghash)
+            e = self._sizes_in.expected(src, taghash) if self._sizes_in else None
             expected = _NO_SIZES if e is None else {src: e}
         else:
             expected = {s: e for s in srcs if (e := self._sizes_in.expected(s, taghash)) is not None}
@@ -536,7 +536,8 @@ class TorchDistComm(Comm):
             hbuf.dirty = end
             # the reused buffer: copied out; or the header alone, and the body follows
             payload = hbuf.take(FRAME_HEADER_NBYTES, n) if inline else self._recv_body(n, got)
-        self._sizes_in.record(got, taghash, n)
+        if self._sizes_in or n >= SIZED_MIN_PAYLOAD:  # else nothing to record (a call per message saved)
+            self._sizes_in.record(got, taghash, n)
         return payload
 
     def _post_recv_frame(self, src, taghash):
