@@ -1,8 +1,9 @@
 """The Comm's per-message cost against raw gloo: a ping-pong round trip and a burst of sends.
 
 Two spawned gloo processes.  For each message size, every repeat times, in turn
-(interleaved), ``--rounds`` round trips of a uint8 tensor through each contestant; rank 0 takes
-the median round trip of each, and the table gives the ratios per repeat, median [min, max]:
+(interleaved, the order rotating from one repeat to the next), ``--rounds`` round trips of a
+uint8 tensor through each contestant; rank 0 takes the median round trip of each, and the table
+gives the ratios per repeat, median [min, max]:
 
 * raw: bare ``dist.send`` / ``dist.recv``;
 * as the Comm posts: the Comm's transport calls without its Python or copies (a frame-sized
@@ -162,19 +163,17 @@ def _rank(rank: int, port: int, sizes: list[int], rounds: int, repeats: int, q) 
             posted()
             copied()
             _comm_round(comm, t, rank)
-        for _ in range(repeats):
-            dist.barrier()
-            raw = _timed(lambda t=t, buf=buf: _raw_round(t, buf, rank), rounds)
-            dist.barrier()
-            pat = _timed(posted, rounds)
-            while pending:
-                pending.popleft().wait()
-            dist.barrier()
-            cop = _timed(copied, rounds)
-            while pending:
-                pending.popleft().wait()
-            dist.barrier()
-            com = _timed(lambda t=t: _comm_round(comm, t, rank), rounds)
+        timed = {"raw": functools.partial(_raw_round, t, buf, rank), "posted": posted, "copied": copied,
+                 "comm": functools.partial(_comm_round, comm, t, rank)}
+        names = list(timed)
+        for k in range(repeats):
+            got = {}
+            for name in names[k % len(names):] + names[:k % len(names)]:  # the order rotates per repeat
+                dist.barrier()
+                got[name] = _timed(timed[name], rounds)
+                while pending:  # the posted sends of "posted" and "copied", as the Comm's barrier does
+                    pending.popleft().wait()
+            raw, pat, cop, com = (got[name] for name in names)
             dist.barrier()
             # a burst: the time to hand off BURST messages (the receiver drains them after)
             if rank == 0:
