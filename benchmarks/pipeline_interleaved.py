@@ -6,7 +6,7 @@ drifts by tens of per cent over seconds, their per-repeat ratios spread over
 ±30 %.  Here two spawned gloo ranks hold one copy of the stages per contestant
 (same seed) and run the contestants' steps in turn, rotating the order every
 step, with a barrier before each: the engine's ``pipeline_step`` over a
-``TorchDistComm`` in both schedules (what ``pipeline-sgd`` runs per step, without
+``TorchDistComm`` of its own in both schedules (what ``pipeline-sgd`` runs per step, without
 the launcher's per-step bookkeeping), ``torch.distributed.pipelining``'s
 ``ScheduleGPipe`` and ``Schedule1F1B``, the hand-written GPipe of
 ``pipeline_ratio`` (bare ``dist.isend`` / ``recv``), and the engine's 1F1B with its links
@@ -81,11 +81,17 @@ def _raw_bytes_links(stage, rank: int, rows: int, seq_len: int):
 
 
 def _contestants(cfg, rank: int, comm):
-    """name -> (stage, optimiser, step(ids, labels)) for this rank, each on its own stage copy."""
+    """name -> (stage, optimiser, step(ids, labels), the Comm to synchronise on) for this rank,
+    each on its own stage copy.  A contestant that sends through a Comm has its own (``comm``
+    synchronises the others): a Comm keeps a size history per peer and tag, and one contestant's
+    sizes (the raw-byte links' lack the codec's header) would make the next one's first large
+    frames of a step travel as header and body, which no run of a single algorithm does after
+    its first step."""
     from torch.distributed import pipelining
 
     from algorithms.pipeline.engine import LinkCodecs, pipeline_step, run_step
     from algorithms.pipeline.sgd import _optimizer, _wire_codec
+    from harness.comm.torchdist import TorchDistComm
     from harness.models import build_stage, lm_loss
 
     p, M = cfg.params, cfg.micro_batches
@@ -96,16 +102,17 @@ def _contestants(cfg, rank: int, comm):
         stage = build_stage(cfg.model, seed=cfg.seed, num_stages=2, stage_index=rank, cut=p.cut,
                             dtype=cfg.torch_dtype)
         opt = _optimizer(stage.parameters(), p)
+        own = TorchDistComm("gloo", timeout_s=comm.timeout_s, metered=True) if name.startswith("engine") else comm
         if name == "engine[1f1b] raw bytes":
             links = _raw_bytes_links(stage, rank, cfg.batch_size // M, cfg.seq_len)
 
-            def step(ids, labels, stage=stage, links=links):
-                run_step(comm, stage, ids, labels, M, links, schedule="1f1b")
+            def step(ids, labels, stage=stage, links=links, own=own):
+                run_step(own, stage, ids, labels, M, links, schedule="1f1b")
         elif name.startswith("engine"):
             schedule = name[len("engine["):-1]
 
-            def step(ids, labels, stage=stage, schedule=schedule):
-                pipeline_step(comm, stage, ids, labels, M, codecs, schedule)
+            def step(ids, labels, stage=stage, schedule=schedule, own=own):
+                pipeline_step(own, stage, ids, labels, M, codecs, schedule)
         elif name.startswith("Schedule"):
             cls = getattr(pipelining, name)
             kw = {"scale_grads": False} if "scale_grads" in inspect.signature(cls.__init__).parameters else {}
@@ -120,7 +127,7 @@ def _contestants(cfg, rank: int, comm):
         else:
             def step(ids, labels, stage=stage):
                 hand_gpipe_step(cfg, rank, stage, ids, labels)
-        out[name] = (stage, opt, step)
+        out[name] = (stage, opt, step, own)
     return out
 
 
@@ -179,8 +186,8 @@ def _rank(rank: int, port: int, cfg, run: int, q) -> None:
         batches = [batch(cfg, rnd * run + j, "cpu") for j in range(run)]
         k = rnd % len(CONTESTANTS)
         for name in CONTESTANTS[k:] + CONTESTANTS[:k]:  # the order rotates every round
-            stage, opt, fn = runs[name]
-            comm.barrier()  # also waits for the engine's posted sends: none is left in flight
+            stage, opt, fn, sync = runs[name]
+            sync.barrier()  # also waits for the engine's posted sends: none is left in flight
             t0 = thread_ticks()
             for j, (ids, labels) in enumerate(batches):  # back to back, as a training loop runs
                 w0, c0 = time.perf_counter(), time.process_time()

@@ -37,7 +37,7 @@ def _rank(rank: int, port: int, cfg, name: str, steps: int, post_ahead: bool, q)
     torch.set_num_threads(cfg.threads_per_rank or 1)
     dist.init_process_group("gloo", rank=rank, world_size=2)
     comm = TorchDistComm("gloo", timeout_s=120.0)
-    _, opt, step = _contestants(cfg, rank, comm)[name]
+    _, opt, step, _ = _contestants(cfg, rank, comm)[name]
     for s in range(steps):
         if s == WARM:
             gloo = [t for t in sorted(os.listdir("/proc/self/task"))
