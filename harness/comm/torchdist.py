@@ -515,8 +515,9 @@ class TorchDistComm(Comm):
     def _frame(self, got: int, taghash: int, posted) -> torch.Tensor:
         """The payload of a frame from ``got`` whose first message (``_post_first``) has arrived:
         that message checked, the body received if one follows, the pair's size history updated.
-        (Every receive's own code, called once per message after the wait: each layer of calls
-        between gloo's wait and the payload is on a ping-pong's critical path.)"""
+        One function for the blocking, posted and any-source receives, each of which waits for its
+        own message first (every layer of calls between gloo's wait and the payload is on a
+        ping-pong's critical path)."""
         # The checks read numpy views on the host: no tensor op (and no tensor the memory
         # meter would count) per check.
         hbuf, expected, _ = posted
