@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import argparse
 import os
-import sys
 from pathlib import Path
 
 import torch
@@ -42,7 +41,9 @@ def _rank(rank: int, port: int, cfg, name: str, steps: int, post_ahead: bool, q)
         if s == WARM:
             gloo = [t for t in sorted(os.listdir("/proc/self/task"))
                     if Path(f"/proc/self/task/{t}/comm").read_text().startswith("gloo")]
-            print(f"rank {rank}: pid {os.getpid()}, gloo threads {','.join(gloo)}", file=sys.stderr, flush=True)
+            # one write of the whole line: the two ranks share the pipe, and print's separate writes
+            # of the text and its newline interleaved with the other rank's
+            os.write(2, f"rank {rank}: pid {os.getpid()}, gloo threads {','.join(gloo)}\n".encode())
         ids, labels = batch(cfg, s, "cpu")
         opt.zero_grad(set_to_none=True)
         step(ids, labels)
