@@ -156,9 +156,8 @@ def test_a_message_the_bucket_covers_leaves_from_the_caller():
             queued, sender = len(comm.world.mail.get((0, 1), ())), comm._sender
             comm.barrier()
             return queued, sender, comm.pacer.waited_s
-        got = comm.recv(0)
-        comm.barrier()
-        return torch.equal(got, torch.ones(1000, dtype=torch.uint8))
+        comm.barrier()  # the peer receives only after rank 0 has looked into its mailbox
+        return torch.equal(comm.recv(0), torch.ones(1000, dtype=torch.uint8))
 
     (queued, sender, waited), ok = run_threads(2, body, bandwidth_bps=1e6)
     assert (queued, sender, waited) == (1, None, 0.0) and ok
