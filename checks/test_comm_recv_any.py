@@ -76,14 +76,16 @@ def test_recv_any_threads_takes_the_earliest_arrival():
     assert run_threads(3, prog, timeout_s=30)[0] == [2, 1]
 
 
-def _tag_mismatch(comm):
-    # an empty payload: the header alone, so the receiver leaves no body unread
-    if comm.rank == 1:
-        comm.send(torch.empty(0, dtype=torch.uint8), 0, tag="one")
-        out = None
-    else:
+def _refused(comm, sender: int = 1, tag: str = "one", asked: str = "other"):
+    """Rank ``sender`` sends rank 0 an empty payload (the header alone, so the receiver leaves no
+    body unread) under ``tag``; rank 0 takes it with ``recv_any([1], asked)``.  Rank 0 returns
+    the CommError's text, or "no error"."""
+    out = None
+    if comm.rank == sender:
+        comm.send(torch.empty(0, dtype=torch.uint8), 0, tag=tag)
+    elif comm.rank == 0:
         try:
-            comm.recv_any([1], tag="other")
+            comm.recv_any([1], tag=asked)
             out = "no error"
         except CommError as e:
             out = f"CommError: {e}"
@@ -104,7 +106,7 @@ def _times_out(comm, wait_s: float):
 
 
 def test_recv_any_threads_tag_mismatch_and_timeout():
-    res = run_threads(2, _tag_mismatch, timeout_s=30)
+    res = run_threads(2, _refused, timeout_s=30)
     assert res[0].startswith("CommError") and "another tag" in res[0]
     with pytest.raises(RankFailed) as info:
         run_threads(2, _times_out_or_raise, timeout_s=1)
@@ -143,7 +145,7 @@ def test_recv_any_gloo_all_arrive_with_source_and_meter():
 
 @pytest.mark.gloo
 def test_recv_any_gloo_tag_mismatch_and_timeout():
-    res = run_gloo(2, _tag_mismatch, timeout_s=30)
+    res = run_gloo(2, _refused, timeout_s=30)
     assert res[0].startswith("CommError") and "another tag" in res[0]
     res = run_gloo(2, functools.partial(_times_out, wait_s=6.0), timeout_s=3)
     msg, waited = res[0]
@@ -151,23 +153,9 @@ def test_recv_any_gloo_tag_mismatch_and_timeout():
     assert waited < 30
 
 
-def _from_a_rank_not_asked(comm):
-    # rank 2 sends, rank 1 (the one asked) does not: gloo's receive from any source takes what
-    # comes from any rank, and the Comm must refuse a frame from one it was not asked for
-    out = None
-    if comm.rank == 2:
-        comm.send(torch.empty(0, dtype=torch.uint8), 0, tag="t")
-    elif comm.rank == 0:
-        try:
-            comm.recv_any([1], tag="t")
-            out = "no error"
-        except CommError as e:
-            out = f"CommError: {e}"
-    comm.barrier()
-    return out
-
-
 @pytest.mark.gloo
 def test_recv_any_gloo_refuses_a_frame_from_a_rank_it_was_not_asked_for():
-    res = run_gloo(3, _from_a_rank_not_asked, timeout_s=30)
+    # rank 2 sends, rank 1 (the one asked) does not: gloo's receive from any source takes what
+    # comes from any rank, and the Comm must refuse a frame from one it was not asked for
+    res = run_gloo(3, functools.partial(_refused, sender=2, tag="t", asked="t"), timeout_s=30)
     assert res[0].startswith("CommError") and "from rank 2, which is not one of them" in res[0], res[0]
