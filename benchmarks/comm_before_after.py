@@ -9,7 +9,8 @@ Two spawned gloo ranks hold both Comms and run ``roundtrip_ratio``'s ping-pong w
 ``dist.send`` / ``recv``, the old Comm and this one in turn, rotating the order every round, one
 round trip per turn (``--block K``: K back to back): as a pipeline calls the Comm, between other
 work, not in a hot loop.  Rank 0 times every round trip; the table gives, per size, the median
-round trip of each and the ratios between the turns of one round, median [quartiles].
+round trip of each and the ratios between the turns of one round, median [quartiles], and for
+now / before the 95 % interval of its median (``spread.median_interval``).
 """
 
 from __future__ import annotations
@@ -27,7 +28,7 @@ import torch.distributed as dist
 from benchmarks.gloo_pair import run_pair
 from benchmarks.other_commit import load_package
 from benchmarks.roundtrip_ratio import _comm_round, _raw_round
-from benchmarks.spread import quartiles
+from benchmarks.spread import median_interval, quartiles
 
 CONTESTANTS = ("raw gloo", "Comm before", "Comm now")
 
@@ -79,14 +80,15 @@ def main() -> None:
     out = run_pair(_rank, os.path.abspath(a.old), sizes, a.rounds, a.block, timeout_s=3600)[0][1]
     print(f"gloo, 2 processes, {a.rounds} rounds of {a.block} round trip(s) per contestant, order rotating per round")
     print("| bytes | " + " | ".join(f"{c} round trip" for c in CONTESTANTS)
-          + " | before / raw | now / raw | now / before |")
-    print("|---" * 7 + "|")
+          + " | before / raw | now / raw | now / before | now / before: the median's 95 % interval |")
+    print("|---" * 8 + "|")
 
     for size, (raw, old, new) in out.items():
         print(f"| {size:,} | " + " | ".join(f"{1e6 * statistics.median(v):.0f} us" for v in (raw, old, new))
               + f" | {quartiles([o / r for o, r in zip(old, raw, strict=True)])}"
               f" | {quartiles([n / r for n, r in zip(new, raw, strict=True)])}"
-              f" | {quartiles([n / o for n, o in zip(new, old, strict=True)])} |")
+              f" | {quartiles([n / o for n, o in zip(new, old, strict=True)])}"
+              f" | {median_interval([n / o for n, o in zip(new, old, strict=True)])} |")
     print(f"load average after: {os.getloadavg()}")
 
 

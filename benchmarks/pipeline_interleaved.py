@@ -13,7 +13,8 @@ the launcher's per-step bookkeeping), ``torch.distributed.pipelining``'s
 carrying raw tensor bytes, no codec (what the lossless codec's work per message costs it).  A step's time is the slower
 rank's, from the barrier to after the optimiser step; a ratio is taken per step
 between neighbours in time (the same round), and the table gives its median
-[quartiles] over the measured steps, with each contestant's median step time
+[quartiles] over the measured steps and the 95 % interval of that median
+(``spread.median_interval``: whether a median of 1.02 is above 1.0), with each contestant's median step time
 and CPU time, the latter also split by thread (mean per step, both ranks, from
 ``/proc/self/task``: the main thread, gloo's transport threads, any other;
 clock-tick resolution, so only a mean over many steps says anything).  Every
@@ -45,7 +46,7 @@ import torch.distributed as dist
 from benchmarks.gloo_pair import run_pair
 from benchmarks.pipeline_ratio import hand_gpipe_step
 from benchmarks.pipelining_ratio import StageModule, engine_config
-from benchmarks.spread import quartiles
+from benchmarks.spread import median_interval, quartiles
 
 WARMUP = 3  # rounds left out (the peer's first step infers its boundary shapes)
 CONTESTANTS = ("engine[gpipe]", "engine[1f1b]", "ScheduleGPipe", "Schedule1F1B", "hand-written GPipe",
@@ -263,12 +264,12 @@ def main() -> None:
         print(f"| {n} | " + " | ".join(f"{1e3 * med(k[n]):.2f} ms" for k in kinds.values())
               + f" | {1e3 * med(cpu[n]):.2f} ms | {1e3 * th['main']:.2f} ms "
               f"| {1e3 * th['gloo']:.2f} ms | {1e3 * th['other']:.2f} ms |")
-    print("| ratio (per round) | step | median [quartiles] | CPU ratio |")
-    print("|---|---|---|---|")
+    print("| ratio (per round) | step | median [quartiles] | the median's 95 % interval | CPU ratio |")
+    print("|---|---|---|---|---|")
     for a_, b_ in RATIOS:
         for kind, step in kinds.items():
             r = [x / y for x, y in zip(step[a_], step[b_], strict=True)]
-            print(f"| {a_} / {b_} | {kind} | {quartiles(r)} "
+            print(f"| {a_} / {b_} | {kind} | {quartiles(r)} | {median_interval(r)} "
                   f"| {med(cpu[a_]) / med(cpu[b_]):.3f} |")
     same = len(set(shas.values())) == 1
     print(f"params_sha256 of every contestant: {next(iter(shas.values())) if same else shas} "
