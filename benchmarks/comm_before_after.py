@@ -6,7 +6,7 @@ Extract the other commit's Comm package first (it imports only itself)::
     python3 -m benchmarks.comm_before_after old-comm/harness/comm [--sizes 16384,1048576] [--rounds 2000]
 
 Two spawned gloo ranks hold both Comms and run ``roundtrip_ratio``'s ping-pong with raw
-``dist.send`` / ``recv``, the old Comm and this one in turn, rotating the order every round, one
+``dist.send`` / ``recv``, the old Comm and this one in turn, in an order drawn at random every round (``turns``), one
 round trip per turn (``--block K``: K back to back): as a pipeline calls the Comm, between other
 work, not in a hot loop.  Rank 0 times every round trip; the table gives, per size, the median
 round trip of each and the ratios between the turns of one round, median [quartiles], and for
@@ -29,6 +29,7 @@ from benchmarks.gloo_pair import run_pair
 from benchmarks.other_commit import load_package
 from benchmarks.roundtrip_ratio import _comm_round, _raw_round
 from benchmarks.spread import median_interval, quartiles
+from benchmarks.turns import turn_order
 
 CONTESTANTS = ("raw gloo", "Comm before", "Comm now")
 
@@ -53,8 +54,7 @@ def _rank(rank: int, port: int, old_path: str, sizes: list[int], rounds: int, bl
         comms[1].barrier()
         times = [[] for _ in fns]
         for r in range(rounds):
-            for k in range(len(fns)):
-                i = (r + k) % len(fns)
+            for i in turn_order(r, len(fns)):
                 for _ in range(block):
                     w0 = time.perf_counter()
                     fns[i]()
@@ -78,7 +78,7 @@ def main() -> None:
     sizes = [int(s) for s in a.sizes.split(",")]
     print(f"load average before: {os.getloadavg()}  cpus: {os.cpu_count()}  torch {torch.__version__}")
     out = run_pair(_rank, os.path.abspath(a.old), sizes, a.rounds, a.block, timeout_s=3600)[0][1]
-    print(f"gloo, 2 processes, {a.rounds} rounds of {a.block} round trip(s) per contestant, order rotating per round")
+    print(f"gloo, 2 processes, {a.rounds} rounds of {a.block} round trip(s) per contestant, order drawn per round")
     print("| bytes | " + " | ".join(f"{c} round trip" for c in CONTESTANTS)
           + " | before / raw | now / raw | now / before | now / before: the median's 95 % interval |")
     print("|---" * 8 + "|")

@@ -3,7 +3,7 @@
 ``paced_pipeline`` alternates whole launcher runs (unshaped, one micro-batch, shaped); on a
 VM whose speed drifts by tens of per cent between runs, its ratios spread over ±30 %, wider
 than the 10 % it is asked to resolve.  Here two spawned gloo ranks run, in turn and in an
-order that rotates every round, with a barrier before each, the engine's GPipe
+order drawn at random every round (``turns``), with a barrier before each, the engine's GPipe
 ``pipeline_step`` (what ``pipeline-sgd`` runs per step) on its own copy of the stages (same
 seed):
 
@@ -67,6 +67,7 @@ from benchmarks.pipeline_interleaved import (
     thread_ticks,
 )
 from benchmarks.spread import quartiles
+from benchmarks.turns import turn_order
 from harness import netns
 
 WARMUP = 3  # rounds left out (first allocations, the size history of large frames)
@@ -131,8 +132,7 @@ def _rank(rank: int, port: int, cfg, rates: dict[str, float], net: dict | None, 
     link_wire = {n: [] for n in names if n.startswith("shaped")}
     for step in range(cfg.steps):
         ids, labels = batch(cfg, step, "cpu")
-        k = step % len(names)
-        for name in names[k:] + names[:k]:
+        for name in (names[i] for i in turn_order(step, len(names))):
             stage, opt = runs[name]
             comm = comms[name]
             one = name == "one micro-batch"

@@ -4,8 +4,8 @@ The launcher-level benchmarks (``pipeline_ratio``, ``pipelining_ratio``) start a
 pair of processes per run and alternate whole runs: on a shared VM whose speed
 drifts by tens of per cent over seconds, their per-repeat ratios spread over
 ±30 %.  Here two spawned gloo ranks hold one copy of the stages per contestant
-(same seed) and run the contestants' steps in turn, rotating the order every
-step, with a barrier before each: the engine's ``pipeline_step`` over a
+(same seed) and run the contestants' steps in turn, in an order drawn at random
+every round (``turns``: a rotation favoured some contestants), with a barrier before each: the engine's ``pipeline_step`` over a
 ``TorchDistComm`` of its own in both schedules (what ``pipeline-sgd`` runs per step, without
 the launcher's per-step bookkeeping), ``torch.distributed.pipelining``'s
 ``ScheduleGPipe`` and ``Schedule1F1B``, the hand-written GPipe of
@@ -47,6 +47,7 @@ from benchmarks.gloo_pair import run_pair
 from benchmarks.pipeline_ratio import hand_gpipe_step
 from benchmarks.pipelining_ratio import StageModule, engine_config
 from benchmarks.spread import median_interval, quartiles
+from benchmarks.turns import turn_order
 
 WARMUP = 3  # rounds left out (the peer's first step infers its boundary shapes)
 CONTESTANTS = ("engine[gpipe]", "engine[1f1b]", "ScheduleGPipe", "Schedule1F1B", "hand-written GPipe",
@@ -185,8 +186,7 @@ def _rank(rank: int, port: int, cfg, run: int, q) -> None:
     ticks = {n: {"main": 0, "gloo": 0, "other": 0} for n in CONTESTANTS}
     for rnd in range(cfg.steps):
         batches = [batch(cfg, rnd * run + j, "cpu") for j in range(run)]
-        k = rnd % len(CONTESTANTS)
-        for name in CONTESTANTS[k:] + CONTESTANTS[:k]:  # the order rotates every round
+        for name in (CONTESTANTS[i] for i in turn_order(rnd, len(CONTESTANTS))):
             stage, opt, fn, sync = runs[name]
             sync.barrier()  # also waits for the engine's posted sends: none is left in flight
             t0 = thread_ticks()
