@@ -226,10 +226,6 @@ class _RecvBuffer:
         self.view = memoryview(self.tensor.numpy()) if on_host else None  # None: on a device
         self.addr = self.tensor.data_ptr() if on_host else None
         self.dirty = FIRST_BUFFER_NBYTES
-        # the tensor the next payload copied out goes to, with its address: made while the receive
-        # is posted (``prepare``), off the wait's critical path, at the size the last one had
-        self._out: tuple[torch.Tensor, int, int] | None = None  # (tensor, address, bytes)
-        self._last = -1
 
     def read(self, lo: int, hi: int) -> bytes:
         """Bytes ``lo:hi``, copied to the host."""
@@ -243,29 +239,15 @@ class _RecvBuffer:
         else:
             self.tensor[lo: lo + len(data)].copy_(torch.frombuffer(bytearray(data), dtype=torch.uint8))
 
-    def prepare(self) -> None:
-        """Before a receive into this (reused, host) buffer is posted: the tensor its payload will
-        be copied out to, at the last payload's size (a stream repeats its sizes).  Between the
-        post and the message's arrival the allocation costs the receive nothing; after it, a
-        dispatcher call (through a rank's memory meter, if one runs) on the critical path."""
-        if self._out is None and self._last >= 0 and self.addr is not None:
-            out = torch.empty(self._last, dtype=torch.uint8)
-            self._out = out, out.data_ptr(), self._last
-
     def take(self, lo: int, n: int) -> torch.Tensor:
         """A new host tensor holding bytes ``lo:lo + n``: the one copy a receive into the reused
         buffer makes (not a tensor op on the buffer itself, or a rank's memory meter would count
-        the receive scratch as the rank's); the one ``prepare`` made when its size is ``n``."""
-        self._last = n
-        ready, self._out = self._out, None
-        if self.addr is None:  # on a device: copied over
-            return self.tensor[lo: lo + n].cpu()
-        if ready is not None and ready[2] == n:
-            out, addr, _ = ready
+        the receive scratch as the rank's)."""
+        out = torch.empty(n, dtype=torch.uint8)
+        if self.addr is not None:
+            ctypes.memmove(out.data_ptr(), self.addr + lo, n)
         else:
-            out = torch.empty(n, dtype=torch.uint8)
-            addr = out.data_ptr()
-        ctypes.memmove(addr, self.addr + lo, n)
+            out.copy_(self.tensor[lo: lo + n])
         return out
 
     def payload(self, lo: int, n: int) -> torch.Tensor:
@@ -528,7 +510,6 @@ class TorchDistComm(Comm):
             hbuf = self._hbuf if hbuf is None else hbuf
             dirty, hbuf.dirty = hbuf.dirty, FIRST_BUFFER_NBYTES
             hbuf.write(0, self._first_guard_view[:dirty])  # a slice of a memoryview: no copy
-            hbuf.prepare()
         return hbuf, expected, self._post_message(hbuf.tensor, src, what)
 
     def _frame(self, got: int, taghash: int, posted) -> torch.Tensor:
