@@ -24,7 +24,8 @@ def test_comm_before_after_times_both_comms_and_raw_gloo():
     p = _run("benchmarks.comm_before_after", "harness/comm", "--sizes", "1024", "--rounds", "4")
     assert p.returncode == 0, p.stderr
     row = next(line for line in p.stdout.splitlines() if line.startswith("| 1,024 |"))
-    assert len(row.split("|")) == 9 and row.count(" us") == 3, row
+    assert len(row.split("|")) == 10 and row.count(" us") == 3, row
+    assert row.endswith("| (fewer than 30 rounds) |"), row  # no interval from 4 rounds
 
 
 def test_comm_before_after_refuses_a_directory_that_is_not_a_comm_package():
