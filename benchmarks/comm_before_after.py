@@ -6,9 +6,9 @@ Extract the other commit's Comm package first (it imports only itself)::
     python3 -m benchmarks.comm_before_after old-comm/harness/comm [--sizes 16384,1048576] [--rounds 2000]
 
 Two spawned gloo ranks hold both Comms and run ``roundtrip_ratio``'s ping-pong with raw
-``dist.send`` / ``recv``, the old Comm and this one in turn, in an order drawn at random every round (``turns``), one
-round trip per turn (``--block K``: K back to back): as a pipeline calls the Comm, between other
-work, not in a hot loop.  Rank 0 times every round trip; the table gives, per size, the median
+``dist.send`` / ``recv``, the old Comm and this one in turn, in an order drawn at random every
+round (``turns``), one round trip per turn (``--block K``: K back to back): as a pipeline calls
+the Comm, between other work, not in a hot loop.  Rank 0 times every round trip; the table gives, per size, the median
 round trip of each and the ratios between the turns of one round, median [quartiles], and for
 now / before the 95 % interval of its median (``spread.median_interval``).
 """
@@ -54,7 +54,7 @@ def _rank(rank: int, port: int, old_path: str, sizes: list[int], rounds: int, bl
         comms[1].barrier()
         times = [[] for _ in fns]
         for r in range(rounds):
-            for i in turn_order(r, len(fns)):
+            for i in turn_order(r, range(len(fns))):
                 for _ in range(block):
                     w0 = time.perf_counter()
                     fns[i]()
@@ -84,11 +84,11 @@ def main() -> None:
     print("|---" * 8 + "|")
 
     for size, (raw, old, new) in out.items():
+        now_before = [n / o for n, o in zip(new, old, strict=True)]
         print(f"| {size:,} | " + " | ".join(f"{1e6 * statistics.median(v):.0f} us" for v in (raw, old, new))
               + f" | {quartiles([o / r for o, r in zip(old, raw, strict=True)])}"
               f" | {quartiles([n / r for n, r in zip(new, raw, strict=True)])}"
-              f" | {quartiles([n / o for n, o in zip(new, old, strict=True)])}"
-              f" | {median_interval([n / o for n, o in zip(new, old, strict=True)])} |")
+              f" | {quartiles(now_before)} | {median_interval(now_before)} |")
     print(f"load average after: {os.getloadavg()}")
 
 

@@ -132,7 +132,7 @@ def _rank(rank: int, port: int, cfg, rates: dict[str, float], net: dict | None, 
     link_wire = {n: [] for n in names if n.startswith("shaped")}
     for step in range(cfg.steps):
         ids, labels = batch(cfg, step, "cpu")
-        for name in (names[i] for i in turn_order(step, len(names))):
+        for name in turn_order(step, names):
             stage, opt = runs[name]
             comm = comms[name]
             one = name == "one micro-batch"

@@ -5,17 +5,17 @@ pair of processes per run and alternate whole runs: on a shared VM whose speed
 drifts by tens of per cent over seconds, their per-repeat ratios spread over
 ±30 %.  Here two spawned gloo ranks hold one copy of the stages per contestant
 (same seed) and run the contestants' steps in turn, in an order drawn at random
-every round (``turns``: a rotation favoured some contestants), with a barrier before each: the engine's ``pipeline_step`` over a
-``TorchDistComm`` of its own in both schedules (what ``pipeline-sgd`` runs per step, without
-the launcher's per-step bookkeeping), ``torch.distributed.pipelining``'s
-``ScheduleGPipe`` and ``Schedule1F1B``, the hand-written GPipe of
+every round (``turns``: a rotation favoured some contestants), with a barrier before
+each: the engine's ``pipeline_step`` over a ``TorchDistComm`` of its own in both
+schedules (what ``pipeline-sgd`` runs per step, without the launcher's per-step
+bookkeeping), ``torch.distributed.pipelining``'s ``ScheduleGPipe`` and ``Schedule1F1B``, the hand-written GPipe of
 ``pipeline_ratio`` (bare ``dist.isend`` / ``recv``), and the engine's 1F1B with its links
 carrying raw tensor bytes, no codec (what the lossless codec's work per message costs it).  A step's time is the slower
 rank's, from the barrier to after the optimiser step; a ratio is taken per step
 between neighbours in time (the same round), and the table gives its median
 [quartiles] over the measured steps and the 95 % interval of that median
-(``spread.median_interval``: whether a median of 1.02 is above 1.0), with each contestant's median step time
-and CPU time, the latter also split by thread (mean per step, both ranks, from
+(``spread.median_interval``: whether a median of 1.02 is above 1.0), with each
+contestant's median step time and CPU time, the latter also split by thread (mean per step, both ranks, from
 ``/proc/self/task``: the main thread, gloo's transport threads, any other;
 clock-tick resolution, so only a mean over many steps says anything).  Every
 contestant's final ``params_sha256`` is printed: all equal (the same
@@ -186,7 +186,7 @@ def _rank(rank: int, port: int, cfg, run: int, q) -> None:
     ticks = {n: {"main": 0, "gloo": 0, "other": 0} for n in CONTESTANTS}
     for rnd in range(cfg.steps):
         batches = [batch(cfg, rnd * run + j, "cpu") for j in range(run)]
-        for name in (CONTESTANTS[i] for i in turn_order(rnd, len(CONTESTANTS))):
+        for name in turn_order(rnd, CONTESTANTS):
             stage, opt, fn, sync = runs[name]
             sync.barrier()  # also waits for the engine's posted sends: none is left in flight
             t0 = thread_ticks()

@@ -40,4 +40,4 @@ def median_interval(values, digits: int = 3, z: float = 1.96) -> str:
         return f"(fewer than {MEDIAN_INTERVAL_MIN} rounds)"
     half = z * math.sqrt(n) / 2
     lo, hi = math.floor(n / 2 - half), math.ceil(n / 2 + half)  # 1-based ranks
-    return f"[{v[max(lo, 1) - 1]:.{digits}f}, {v[min(hi, n) - 1]:.{digits}f}]"
+    return f"[{v[lo - 1]:.{digits}f}, {v[hi - 1]:.{digits}f}]"  # both within 1..n from 30 values on

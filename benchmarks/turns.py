@@ -13,10 +13,14 @@ place in the round equally often, up to the draw's spread.
 from __future__ import annotations
 
 import random
+from collections.abc import Sequence
+from typing import TypeVar
+
+T = TypeVar("T")
 
 SEED = 20261129
 
 
-def turn_order(rnd: int, n: int) -> list[int]:
-    """The contestants' indices ``0..n-1`` in the order they take their turns in round ``rnd``."""
-    return random.Random(SEED * 1_000_003 + rnd).sample(range(n), n)
+def turn_order(rnd: int, contestants: Sequence[T]) -> list[T]:
+    """``contestants`` in the order they take their turns in round ``rnd``."""
+    return random.Random(SEED * 1_000_003 + rnd).sample(list(contestants), len(contestants))
