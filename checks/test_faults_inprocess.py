@@ -84,6 +84,46 @@ def test_a_timeout_without_a_stalled_rank_says_so():
     assert isinstance(info.value.__cause__, CommTimeout)
 
 
+def test_a_rank_that_left_a_wait_and_then_blocked_is_named():
+    # Rank 1 receives, then blocks before its reply: leaving its wait marked it computing.
+    release = threading.Event()
+
+    def prog(comm):
+        if comm.rank == 0:
+            comm.send(comm_payload(), 1)
+            comm.recv(1)
+        else:
+            comm.recv(0)
+            release.wait()
+            comm.send(comm_payload(), 0)
+
+    try:
+        with pytest.raises(RankFailed) as info:
+            run_threads(2, prog, timeout_s=0.5)
+    finally:
+        release.set()
+    assert info.value.rank == 1, str(info.value)
+    assert "it has not reached its next communication" in str(info.value)
+
+
+def test_a_rank_whose_wait_timed_out_stays_waiting_so_a_later_timeout_blames_nobody():
+    # The deadlock above, with the race made certain: rank 1's wait times out first. Were it
+    # then marked computing, rank 0's timeout a moment later would blame it ("0.0 s").
+    from types import SimpleNamespace
+
+    from harness.comm.base import _Waiting
+    from harness.comm.progress_board import WAITING
+
+    board = ProgressBoard.in_memory(2)
+    waits = [_Waiting(SimpleNamespace(board=board, rank=r)) for r in range(2)]
+    for w in waits:
+        w.__enter__()  # both ranks inside their receive
+    for r in (1, 0):  # rank 1 times out first
+        timeout = CommTimeout(f"rank {r}: recv from rank {1 - r} timed out after 0.3 s")
+        assert waits[r].__exit__(CommTimeout, timeout, None) is False  # re-raised as it is
+        assert board._read(r)[2] == WAITING
+
+
 def test_board_names_a_process_that_never_beat_while_others_do():
     # A zeroed slot is "never seen" (ProgressBoard.create_file); once any other
     # rank has a heartbeat, the lowest rank still at 0 never started (stalled()).

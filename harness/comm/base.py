@@ -179,13 +179,15 @@ class _Waiting:
         board = comm.board
         if board is None:
             return False
-        try:
-            if isinstance(exc, CommTimeout) and exc.stalled_rank is None:
-                found = board.stalled(comm.rank)
-                if found is not None:
-                    raise CommTimeout(str(exc), found[0], found[1] + load_note()) from exc
-        finally:
+        if not isinstance(exc, CommTimeout):
             board.mark(comm.rank, COMPUTING)
+            return False
+        # A timed-out rank stays marked waiting: it made no progress, and a peer whose own
+        # wait times out a moment later must not take it for a rank stuck computing.
+        if exc.stalled_rank is None:
+            found = board.stalled(comm.rank)
+            if found is not None:
+                raise CommTimeout(str(exc), found[0], found[1] + load_note()) from exc
         return False
 
 
