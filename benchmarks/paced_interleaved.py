@@ -230,7 +230,7 @@ def main() -> None:
               f"| {1e3 * th['other']:.2f} ms |")
 
     print("| rate | forward / backward direction | shaped / unshaped | shaped / max(compute, busier direction) "
-          f"| shaped / GPipe bound | compute after one micro-batch's wait / back to back | ≤ {GOAL} of the bound |")
+          f"| shaped / GPipe bound | compute after one micro-batch's wait / back to back | ≤ {GOAL:.2f} of the bound |")
     print("|---|---|---|---|---|---|---|")
     compute, fill = step["unshaped"], step["one micro-batch"]
     work = stage_work(a.model, a.batch_size // a.micro_batches, a.seq_len)  # the precondition's burst
