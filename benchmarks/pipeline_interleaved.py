@@ -21,6 +21,11 @@ clock-tick resolution, so only a mean over many steps says anything).  Every
 contestant's final ``params_sha256`` is printed: all equal (the same
 arithmetic), or the table says DIFFER.
 
+The last line is this machine's idle penalty (``idle_penalty``): one micro-batch's compute
+right after 0.5 and 5 ms of sleep, against back to back.  Where it is above 1.05, a schedule
+whose stages wait longer for each other pays for it in compute, so part of a ratio between
+schedules is the machine's.
+
 ``--back-to-back K`` runs K steps per contestant's turn, one after the other with no barrier
 between them, as a training loop runs; the table then gives the ratios of the turn's first step
 (after the barrier) and of the steps after it apart.  A step after a barrier starts both ranks
@@ -44,6 +49,7 @@ import torch
 import torch.distributed as dist
 
 from benchmarks.gloo_pair import run_pair
+from benchmarks.idle_penalty import MAX_PENALTY, penalty, stage_work
 from benchmarks.pipeline_ratio import hand_gpipe_step
 from benchmarks.pipelining_ratio import StageModule, engine_config
 from benchmarks.spread import median_interval, quartiles
@@ -274,6 +280,14 @@ def main() -> None:
     same = len(set(shas.values())) == 1
     print(f"params_sha256 of every contestant: {next(iter(shas.values())) if same else shas} "
           f"({'equal' if same else 'DIFFER'})")
+    # Schedules differ in how long a stage waits for its peer; where the machine computes slower
+    # after a wait (idle_penalty), part of a ratio between them is the machine's
+    work = stage_work(a.model, a.batch_size // a.micro_batches, a.seq_len)
+    idle = {gap: penalty(work, gap / 1e3) for gap in (0.5, 5.0)}
+    print("compute after an idle gap / back to back, this machine: "
+          + ", ".join(f"{v:.2f} after {g:g} ms" for g, v in idle.items())
+          + ("" if max(idle.values()) <= MAX_PENALTY else
+             f" (above {MAX_PENALTY}: schedules that wait differently pay it differently)"))
     print(f"load average after: {os.getloadavg()}")
 
 
