@@ -49,8 +49,10 @@ The last columns are the precondition and the verdict.  Between its waits for a 
 stage computes in bursts, and on some VMs a burst after an idle spell runs several times slower
 than back to back (``idle_penalty``).  After the run the parent times one micro-batch's
 forward and backward right after sleeping one micro-batch's transfer of the busier direction,
-against back to back; above ``idle_penalty.MAX_PENALTY`` the ratio to the bound is "not
-measurable here", since the excess would be the machine's.
+against back to back.  A ratio within the goal is met whatever the penalty (it only slows the
+shaped step); one beyond it is "not met" where the penalty is at most
+``idle_penalty.MAX_PENALTY``, and "not measurable here" above, since the excess may be the
+machine's.
 
     python3 -m benchmarks.paced_interleaved [--rates 2mbit,10mbit,80mbit] [--steps 60] [--net netns]
 """
