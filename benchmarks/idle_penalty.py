@@ -25,6 +25,8 @@ from collections.abc import Callable
 #: At most this much slower after the gap, a shaped step's excess over its bound is its own
 #: (the goals allow 10 %; half of that is left to the machine).
 MAX_PENALTY = 1.05
+#: Below this a shaped step beat what its link allows: it was not shaped the whole step.
+FAULT_BELOW = 0.95
 
 
 def penalty(work: Callable[[], object], gap_s: float, repeats: int = 15) -> float:
@@ -47,7 +49,8 @@ def penalty(work: Callable[[], object], gap_s: float, repeats: int = 15) -> floa
 
 def stage_work(model: str = "tiny-opt", rows: int = 2, seq_len: int = 64) -> Callable[[], None]:
     """One micro-batch's forward and backward through the first of two stages of ``model``, on
-    one thread: the burst a pipeline stage computes between two waits for its link."""
+    one thread (it sets this process's torch threads to 1: call it once the ranks are done):
+    the burst a pipeline stage computes between two waits for its link."""
     import torch
 
     from harness.models import build_stage
@@ -60,10 +63,6 @@ def stage_work(model: str = "tiny-opt", rows: int = 2, seq_len: int = 64) -> Cal
         stage.zero_grad(set_to_none=True)
         sum(t.float().sum() for t in stage(ids, input_ids=ids)).backward()
     return work
-
-
-#: Below this a shaped step beat what its link allows: it was not shaped the whole step.
-FAULT_BELOW = 0.95
 
 
 def verdict(ratio: float, goal: float, idle: float) -> str:

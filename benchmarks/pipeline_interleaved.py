@@ -22,7 +22,8 @@ contestant's final ``params_sha256`` is printed: all equal (the same
 arithmetic), or the table says DIFFER.
 
 The last line is this machine's idle penalty (``idle_penalty``): one micro-batch's compute
-right after 0.5 and 5 ms of sleep, against back to back.  Where it is above 1.05, a schedule
+right after 0.5 and 5 ms of sleep, against back to back.  Where it is above
+``idle_penalty.MAX_PENALTY``, a schedule
 whose stages wait longer for each other pays for it in compute, so part of a ratio between
 schedules is the machine's.
 
