@@ -434,6 +434,33 @@ def test_gloo_peer_death_with_sends_in_flight_is_named_within_the_timeout(tmp_pa
     assert float(took) < 20
 
 
+def _exchange(frames: int, comm):
+    """Both ranks send ``frames`` frames to the other, then receive as many: the in-flight bound
+    lowered to 2 frames."""
+    comm.max_in_flight_frames = 2
+    other = 1 - comm.rank
+    sent = [_payload(10 * comm.rank + i, 100) for i in range(frames)]
+    try:
+        for t in sent:
+            comm.send(t, other, "x")
+        got = [comm.recv(other, "x") for _ in range(frames)]
+    except CommTimeout as e:
+        return str(e)
+    return [g.tolist() for g in got] == [_payload(10 * other + i, 100).tolist() for i in range(frames)]
+
+
+@pytest.mark.gloo
+def test_an_exchange_past_the_in_flight_bound_times_out_saying_why():
+    # Up to the bound, sends are posted and both ranks reach their receives; one frame more
+    # and each waits for a send the other has not received (gloo completes a send only once
+    # its receive is posted).  The threads backend has no bound and runs both.
+    assert run_gloo(2, functools.partial(_exchange, 2), timeout_s=20) == [True, True]
+    assert run_threads(2, functools.partial(_exchange, 3)) == [True, True]
+    for msg in run_gloo(2, functools.partial(_exchange, 3), timeout_s=3):
+        assert "timed out after 3 s" in msg and "3 frames (348 bytes) were in flight" in msg, msg
+        assert "max_in_flight_frames=2" in msg and "receive is posted" in msg, msg
+
+
 @settings(max_examples=5)
 @given(latency=st.sampled_from([5.0, 20.0]))
 def test_latency_is_injected_per_message(latency):

@@ -64,6 +64,12 @@ at a bound or a synchronisation point, not when its bytes left; a frame
 waited on at a bound is kept as a spare for the next of its size,
 ``SPARE_FRAMES``: a new one costs an allocation, and a large one page faults.)  A send
 that fails (a dead peer) raises at the first of those waits, naming the peer.
+The bound is the Comm's one limit on a correct program: gloo completes a send only once its
+receive is posted, so two ranks that each send more frames than the bound to the other before
+receiving any wait for each other at it, where the threads backend (no bound) runs the same
+program; that wait's timeout says so.  The bound stays because the alternative, holding every
+frame up to a synchronisation point, costs memory and, for large frames, cache (each frame is
+written by the payload's copy; the more frames cycle, the colder the one written).
 Every wait is bounded by the Comm's timeout; a peer that died surfaces as a
 CommError within it (usually at once: gloo sees the closed connection), a
 wait that runs out as ``CommTimeout`` naming the stalled rank when the run
@@ -429,7 +435,16 @@ class TorchDistComm(Comm):
         _POSTING.add(self)
         while len(self._sends) > 1 and (self._sends_bytes > self.max_in_flight_bytes
                                         or len(self._sends) > self.max_in_flight_frames):
-            self._finish_oldest_send()
+            frames, held = len(self._sends), self._sends_bytes
+            try:
+                self._finish_oldest_send()
+            except CommTimeout as e:  # the wait a correct program can deadlock in (module docstring)
+                raise CommTimeout(
+                    f"{e}; it was waited on because {frames} frames ({held} bytes) were in flight, "
+                    f"above max_in_flight_frames={self.max_in_flight_frames} or max_in_flight_bytes="
+                    f"{self.max_in_flight_bytes}, and a gloo send completes only once its receive is "
+                    "posted: a peer that sends to this rank past the bound before receiving waits "
+                    "for it in turn (receive between the sends, or raise the bound)") from e
 
     def _new_frame(self, nbytes: int) -> tuple[torch.Tensor, memoryview]:
         """A host buffer for a frame and a memoryview of it: a spare of that size if one is kept
