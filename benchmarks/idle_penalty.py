@@ -10,7 +10,8 @@ at their gap, and a ratio beyond its goal counts against the Comm only where the
 small (``paced_interleaved``).
 
 ``penalty(work, gap_s)`` is the median time of ``work()`` right after sleeping ``gap_s``, over
-its median back to back (both in one interleaved loop, so drift hits both alike).
+its median back to back (both in one interleaved loop, so drift hits both alike); ``probe``
+times one such pair, for a benchmark that probes between its rounds.
 
     python3 -m benchmarks.idle_penalty [--gaps-ms 0.5,5,50,200] [--repeats 15]
 """
@@ -29,27 +30,39 @@ MAX_PENALTY = 1.05
 FAULT_BELOW = 0.95
 
 
+def probe(work: Callable[[], object], gap_s: float) -> tuple[float, float]:
+    """One pair of wall times of ``work()``: right after another ``work()``, then right after
+    ``gap_s`` of sleep.  A benchmark that probes between its own rounds measures the penalty in
+    the same minutes as what it qualifies (``paced_interleaved``)."""
+    if gap_s < 0:
+        raise ValueError("gap_s must be >= 0")
+    work()  # what makes the next call hot
+    t = time.perf_counter()
+    work()
+    hot = time.perf_counter() - t
+    time.sleep(gap_s)
+    t = time.perf_counter()
+    work()
+    return hot, time.perf_counter() - t
+
+
+def penalty_of(pairs: list[tuple[float, float]]) -> float:
+    """The median time after the gap over the median back to back, of ``probe``'s pairs."""
+    if not pairs:
+        raise ValueError("no probes to take a penalty from")
+    return statistics.median(c for _, c in pairs) / statistics.median(h for h, _ in pairs)
+
+
 def penalty(work: Callable[[], object], gap_s: float, repeats: int = 15) -> float:
-    """Median wall time of ``work()`` right after ``gap_s`` of sleep, over its median right after
-    another ``work()``; each repeat runs one of each, the hot one first."""
+    """``penalty_of`` ``repeats`` probes in a row."""
     if gap_s < 0 or repeats < 1:
         raise ValueError("gap_s must be >= 0 and repeats >= 1")
-    hot, cold = [], []
-    for _ in range(repeats):
-        work()  # what makes the next call hot
-        t = time.perf_counter()
-        work()
-        hot.append(time.perf_counter() - t)
-        time.sleep(gap_s)
-        t = time.perf_counter()
-        work()
-        cold.append(time.perf_counter() - t)
-    return statistics.median(cold) / statistics.median(hot)
+    return penalty_of([probe(work, gap_s) for _ in range(repeats)])
 
 
 def stage_work(model: str = "tiny-opt", rows: int = 2, seq_len: int = 64) -> Callable[[], None]:
     """One micro-batch's forward and backward through the first of two stages of ``model``, on
-    one thread (it sets this process's torch threads to 1: call it once the ranks are done):
+    one thread (it sets this process's torch threads to 1: a rank that calls it sets its own back):
     the burst a pipeline stage computes between two waits for its link."""
     import torch
 

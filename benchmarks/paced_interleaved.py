@@ -47,12 +47,14 @@ and per ratio its median [quartiles] over the rounds.  Every contestant must end
 
 The last columns are the precondition and the verdict.  Between its waits for a slow link a
 stage computes in bursts, and on some VMs a burst after an idle spell runs several times slower
-than back to back (``idle_penalty``).  After the run the parent times one micro-batch's
-forward and backward right after sleeping one micro-batch's transfer of the busier direction,
-against back to back.  A ratio within the goal is met whatever the penalty (it only slows the
-shaped step); one beyond it is "not met" where the penalty is at most
-``idle_penalty.MAX_PENALTY``, and "not measurable here" above, since the excess may be the
-machine's.
+than back to back (``idle_penalty``).  After each measured round, both ranks together time one
+micro-batch's forward and backward right after sleeping one micro-batch's transfer of the busier
+direction, against back to back (``idle_penalty.probe``, one pair per rate and round, after an
+unshaped step); the penalty is the larger rank's median after the sleep over its median back to
+back, measured in the same minutes as the ratio it qualifies.  A ratio within the goal is met
+whatever the penalty (it only slows the shaped step); one beyond it is "not met" where the
+penalty is at most ``idle_penalty.MAX_PENALTY``, and "not measurable here" above, since the
+excess may be the machine's.
 
     python3 -m benchmarks.paced_interleaved [--rates 2mbit,10mbit,80mbit] [--steps 60] [--net netns]
 """
@@ -68,7 +70,7 @@ import torch
 import torch.distributed as dist
 
 from benchmarks.gloo_pair import run_pair
-from benchmarks.idle_penalty import penalty, stage_work, verdict
+from benchmarks.idle_penalty import penalty_of, probe, stage_work, verdict
 from benchmarks.pipeline_interleaved import (
     pair_totals,
     seconds_per_step,
@@ -89,7 +91,7 @@ def _rank(rank: int, port: int, cfg, rates: dict[str, float], net: dict | None, 
     from algorithms.pipeline.local import batch
     from algorithms.pipeline.sgd import _optimizer, _wire_codec
     from harness.comm.byte_meter import FRAME_HEADER_BYTES
-    from harness.comm.pacer import wire_bytes
+    from harness.comm.pacer import tbf_burst_bytes, wire_bytes
     from harness.models import build_stage
     from harness.netns import enter, shape
     from harness.rank_meters import interface_bytes
@@ -136,6 +138,11 @@ def _rank(rank: int, port: int, cfg, rates: dict[str, float], net: dict | None, 
         pipeline_step(plain, stage, x, y, M, codecs, "gpipe")
         opt.step()
 
+    # the precondition's burst: one micro-batch's forward and backward (stage_work sets one thread)
+    work = stage_work(cfg.model, cfg.batch_size // M, cfg.seq_len)
+    torch.set_num_threads(cfg.threads_per_rank or 1)
+    gaps: dict[str, float] = {}  # shaped contestant -> one micro-batch's transfer of the busier direction
+    probes = {n: [] for n in names if n.startswith("shaped")}  # -> (back to back, after the gap) per round
     wall = {n: [] for n in names}
     ticks = {n: {"main": 0, "gloo": 0, "other": 0} for n in names}
     # shaped contestant -> wire bytes per step of one direction: with the pacer this rank's uplink
@@ -175,29 +182,44 @@ def _rank(rank: int, port: int, cfg, rates: dict[str, float], net: dict | None, 
                     messages * wire_bytes(window.bytes[flow] // messages, FRAME_HEADER_BYTES)
                     for flow, messages in window.messages.items()
                     if flow.direction == "sent" and messages))
+        if step < WARMUP:
+            continue
+        if not gaps:  # a direction's transfer past the burst, the busier of the two ranks'
+            mine = [max(0, link_wire[n][0] - tbf_burst_bytes(rates[n[len("shaped "):]])) * 8
+                    / rates[n[len("shaped "):]] / M for n in probes]
+            both = plain.all_gather(torch.tensor(mine, dtype=torch.float64))
+            gaps = dict(zip(probes, torch.maximum(*both).tolist(), strict=True))
+        # The precondition, probed in the same minutes as the steps it qualifies: a stage's
+        # burst of compute right after waiting one micro-batch's transfer, against back to back.
+        for n in probes:
+            warm(ids, labels)  # busy, as before a contestant's turn
+            plain.barrier()  # both ranks probe together, as both compute in a shaped step
+            probes[n].append(probe(work, gaps[n]))
     if net is not None and shaped_now is not None:
         shape(ifname, None)
     link_bytes = {n: statistics.median(w) for n, w in link_wire.items()}
     params = {n: stage_params(runs[n][0]) for n in names if n != "one micro-batch"}  # its steps train on other rows
-    q.put((rank, wall, link_bytes, params, seconds_per_step(ticks, cfg.steps - WARMUP)))
+    q.put((rank, wall, link_bytes, params, seconds_per_step(ticks, cfg.steps - WARMUP), probes))
     for comm in {id(c): c for c in comms.values()}.values():
         comm.close()  # the last one also leaves the process group
 
 
 def measure(cfg, rates: dict[str, float], net: dict | None = None):
     """Per contestant the step times of the slower rank over the measured rounds, per shaped
-    contestant each direction's wire bytes per step, the CPU per step by thread kind (both
-    ranks), and the final ``params_sha256`` of each contestant that trains on the whole batch.
-    ``net``: the ranks' namespaces, interfaces and rendezvous address (``--net netns``), or None
-    for the pacer."""
+    contestant each direction's wire bytes per step and the machine's idle penalty at its gap
+    (the larger of the two ranks', from their probes between the rounds), the CPU per step by
+    thread kind (both ranks), and the final ``params_sha256`` of each contestant that trains on
+    the whole batch.  ``net``: the ranks' namespaces, interfaces and rendezvous address
+    (``--net netns``), or None for the pacer."""
     out = run_pair(_rank, cfg, rates, net, timeout_s=3600)  # in rank order
     names = list(out[0][1])
     step = {n: [max(a, b) for a, b in zip(out[0][1][n], out[1][1][n], strict=True)][WARMUP:] for n in names}
     # (forward, backward) direction: a rank's uplink under the pacer, its downlink under netns
     first, second = (out[0][2], out[1][2]) if net is None else (out[1][2], out[0][2])
     wire = {n: (first[n], second[n]) for n in first}
+    idle = {n: max(penalty_of(out[0][5][n]), penalty_of(out[1][5][n])) for n in out[0][5]}
     threads, shas = pair_totals((out[0][4], out[1][4]), (out[0][3], out[1][3]))
-    return step, wire, threads, shas
+    return step, wire, idle, threads, shas
 
 
 def main() -> None:
@@ -217,12 +239,12 @@ def main() -> None:
           f"({WARMUP} left out), gloo, 2 ranks, contestants interleaved per step, shaped by "
           + ("the pacer" if a.net == "pacer" else "tc tbf on veths in network namespaces"))
     if a.net == "pacer":
-        step, wire, threads, shas = measure(cfg, rates)
+        step, wire, idle, threads, shas = measure(cfg, rates)
     else:
         with netns.NetnsTopology(2) as topo:  # removed on the way out, also after an error
             net = {"ns": [topo.ns(r) for r in range(2)], "ifname": [topo.ifname(r) for r in range(2)],
                    "master": topo.addr(0)}
-            step, wire, threads, shas = measure(cfg, rates, net)
+            step, wire, idle, threads, shas = measure(cfg, rates, net)
     med = statistics.median
     print("| contestant | median step | CPU per step (both ranks): main threads | gloo threads | other |")
     print("|---|---|---|---|---|")
@@ -235,16 +257,15 @@ def main() -> None:
           f"| shaped / GPipe bound | compute after one micro-batch's wait / back to back | ≤ {GOAL:.2f} of the bound |")
     print("|---|---|---|---|---|---|---|")
     compute, fill = step["unshaped"], step["one micro-batch"]
-    work = stage_work(a.model, a.batch_size // a.micro_batches, a.seq_len)  # the precondition's burst
     for r, bps in rates.items():
         shaped = step[f"shaped {r}"]
         fwd, bwd = (max(0, w - tbf_burst_bytes(bps)) * 8 / bps for w in wire[f"shaped {r}"])
         to_bound = [s / max(c, f + fwd + bwd) for s, c, f in zip(shaped, compute, fill, strict=True)]
-        idle = penalty(work, max(fwd, bwd) / a.micro_batches)  # a stage waits a micro-batch's transfer
         print(f"| {r} | {1e3 * fwd:.1f} / {1e3 * bwd:.1f} ms "
               f"| {quartiles([s / c for s, c in zip(shaped, compute, strict=True)])} "
               f"| {quartiles([s / max(c, fwd, bwd) for s, c in zip(shaped, compute, strict=True)])} "
-              f"| {quartiles(to_bound)} | {idle:.2f} | {verdict(statistics.median(to_bound), GOAL, idle)} |")
+              f"| {quartiles(to_bound)} | {idle[f'shaped {r}']:.2f} "
+              f"| {verdict(statistics.median(to_bound), GOAL, idle[f'shaped {r}'])} |")
     same = len(set(shas.values())) == 1
     print(f"params_sha256 of every contestant on the whole batch: {next(iter(shas.values())) if same else shas} "
           f"({'equal' if same else 'DIFFER'})")

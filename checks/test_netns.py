@@ -85,7 +85,7 @@ def test_the_benchmark_over_namespaces_counts_a_steps_bytes_on_the_veths_and_end
     with NetnsTopology(2) as topo:
         net = {"ns": [topo.ns(r) for r in range(2)], "ifname": [topo.ifname(r) for r in range(2)],
                "master": topo.addr(0)}
-        step, wire, threads, shas = measure(engine_config("gpipe", **kw), {"80mbit": 80e6}, net)
+        step, wire, idle, threads, shas = measure(engine_config("gpipe", **kw), {"80mbit": 80e6}, net)
     assert _ours() == []
     rec = run(engine_config("gpipe", **kw))
     assert shas.keys() == {"unshaped", "shaped 80mbit"}
@@ -96,3 +96,4 @@ def test_the_benchmark_over_namespaces_counts_a_steps_bytes_on_the_veths_and_end
     for direction in wire["shaped 80mbit"]:
         assert frames <= direction <= 1.25 * frames, (direction, frames)
     assert all(len(s) == 2 for s in step.values()) and threads.keys() == step.keys()
+    assert idle.keys() == {"shaped 80mbit"} and idle["shaped 80mbit"] > 0  # probed between the rounds

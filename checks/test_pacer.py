@@ -209,7 +209,7 @@ def test_the_paced_benchmark_meters_a_steps_wire_bytes_and_ends_where_the_engine
     from harness.launcher import run
 
     kw = dict(steps=WARMUP + 2, seq_len=16, batch_size=8, micro_batches=4, seed=3)
-    step, wire, threads, shas = measure(engine_config("gpipe", **kw), {"80mbit": 80e6})
+    step, wire, idle, threads, shas = measure(engine_config("gpipe", **kw), {"80mbit": 80e6})
     rec = run(engine_config("gpipe", **kw))
     assert shas.keys() == {"unshaped", "shaped 80mbit"}
     assert set(shas.values()) == {rec.metrics["params_sha256"].value}
@@ -217,6 +217,7 @@ def test_the_paced_benchmark_meters_a_steps_wire_bytes_and_ends_where_the_engine
     assert per_message == int(per_message)
     assert wire["shaped 80mbit"] == (4 * _wire(int(per_message), 16),) * 2
     assert all(len(s) == 2 for s in step.values()) and threads.keys() == step.keys()
+    assert idle.keys() == {"shaped 80mbit"} and idle["shaped 80mbit"] > 0  # probed between the rounds
 
 
 def test_a_paced_receive_charges_the_downlink_a_frames_wire_bytes():
