@@ -16,7 +16,11 @@ gives the ratios per repeat, median [min, max]:
   first bytes get the guard, handed on as it is), so posted + copies / raw is what the
   protocol's copies cost on top of gloo, a floor for any Comm that keeps them;
 * the Comm: ``Comm.send`` / ``Comm.recv`` (framing, checks, byte meter), so Comm / posted +
-  copies is what its checks, bookkeeping and layering add.
+  copies is what its checks, bookkeeping and layering add;
+* the Comm with one frame in flight (``max_in_flight_frames=1``: a send waits for the one before
+  it): its frames cycle two buffers through the payload's copy, not nine, so against the Comm it
+  shows what the cache costs the default bound at large sizes (the copies contestant writes
+  one frame).
 
 It also times how long rank 0 takes to *issue* a burst of 8 sends (``dist.isend`` against
 ``Comm.send``, which posts without waiting): the caller's cost of handing off messages.  CPU
@@ -149,6 +153,7 @@ def _rank(rank: int, port: int, sizes: list[int], rounds: int, repeats: int, q) 
     torch.set_num_threads(1)
     dist.init_process_group("gloo", rank=rank, world_size=2)
     comm = TorchDistComm("gloo", timeout_s=120.0)
+    comm1 = TorchDistComm("gloo", timeout_s=120.0, max_in_flight_frames=1)
     rows = []
     for size in sizes:
         t = torch.randint(0, 256, (size,), dtype=torch.uint8)
@@ -163,8 +168,10 @@ def _rank(rank: int, port: int, sizes: list[int], rounds: int, repeats: int, q) 
             posted()
             copied()
             _comm_round(comm, t, rank)
+            _comm_round(comm1, t, rank)
         timed = {"raw": functools.partial(_raw_round, t, buf, rank), "posted": posted, "copied": copied,
-                 "comm": functools.partial(_comm_round, comm, t, rank)}
+                 "comm": functools.partial(_comm_round, comm, t, rank),
+                 "comm1": functools.partial(_comm_round, comm1, t, rank)}
         names = list(timed)
         for k in range(repeats):
             got = {}
@@ -173,7 +180,7 @@ def _rank(rank: int, port: int, sizes: list[int], rounds: int, repeats: int, q) 
                 got[name] = _timed(timed[name], rounds)
                 while pending:  # the posted sends of "posted" and "copied", as the Comm's barrier does
                     pending.popleft().wait()
-            raw, pat, cop, com = (got[name] for name in names)
+            raw, pat, cop, com, com1 = (got[name] for name in names)
             dist.barrier()
             # a burst: the time to hand off BURST messages (the receiver drains them after)
             if rank == 0:
@@ -197,8 +204,9 @@ def _rank(rank: int, port: int, sizes: list[int], rounds: int, repeats: int, q) 
                     comm.recv(0, "burst")
                 com_burst = 0.0
             comm.barrier()
-            rows.append((size, raw, com, raw_burst, com_burst, pat, cop))
+            rows.append((size, raw, com, raw_burst, com_burst, pat, cop, com1))
     q.put((rank, rows if rank == 0 else None))
+    comm1.barrier()  # its sends delivered before the group goes
     comm.close()  # also leaves the process group
 
 
@@ -215,10 +223,11 @@ def main() -> None:
     print(f"load average before: {os.getloadavg()}  cpus: {os.cpu_count()}  torch {torch.__version__}")
     rows = run_pair(_rank, sizes, a.rounds, a.repeats, timeout_s=3600)[0][1]
     print(f"gloo, 2 processes, {a.rounds} round trips per repeat, {a.repeats} interleaved repeats")
-    print("| bytes | raw round trip | as the Comm posts | posted + copies | Comm round trip | posted / raw "
-          "| posted + copies / raw | Comm / raw | Comm / as posted | Comm / posted + copies "
-          "| raw burst of 8 | Comm burst of 8 | Comm / raw |")
-    print("|---|---|---|---|---|---|---|---|---|---|---|---|---|")
+    print("| bytes | raw round trip | as the Comm posts | posted + copies | Comm round trip "
+          "| Comm, one frame in flight | posted / raw "
+          "| posted + copies / raw | Comm / raw | Comm, one frame in flight / raw | Comm / as posted "
+          "| Comm / posted + copies | raw burst of 8 | Comm burst of 8 | Comm / raw |")
+    print("|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|")
     med = statistics.median
 
     def cell(times: list[tuple[float, float]]) -> str:
@@ -226,13 +235,14 @@ def main() -> None:
 
     for size in sizes:
         mine = [r for r in rows if r[0] == size]
-        raw, com, pat, cop = ([r[k] for r in mine] for k in (1, 2, 5, 6))
+        raw, com, pat, cop, com1 = ([r[k] for r in mine] for k in (1, 2, 5, 6, 7))
         bu = [r[4] / r[3] for r in mine if r[3] > 0]
         def ratio(a, b) -> str:
             return extremes([x[0] / y[0] for x, y in zip(a, b, strict=True)])
 
-        print(f"| {size:,} | {cell(raw)} | {cell(pat)} | {cell(cop)} | {cell(com)} "
-              f"| {ratio(pat, raw)} | {ratio(cop, raw)} | {ratio(com, raw)} | {ratio(com, pat)} | {ratio(com, cop)} "
+        print(f"| {size:,} | {cell(raw)} | {cell(pat)} | {cell(cop)} | {cell(com)} | {cell(com1)} "
+              f"| {ratio(pat, raw)} | {ratio(cop, raw)} | {ratio(com, raw)} | {ratio(com1, raw)} "
+              f"| {ratio(com, pat)} | {ratio(com, cop)} "
               f"| {1e3 * med(r[3] for r in mine):.2f} ms | {1e3 * med(r[4] for r in mine):.2f} ms | {extremes(bu)} |")
     print(f"load average after: {os.getloadavg()}")
 

@@ -39,7 +39,7 @@ def test_roundtrip_ratio_times_every_contestant_on_both_receive_paths():
     assert p.returncode == 0, p.stderr
     for size in ("1,024", "100,000"):
         row = next(line for line in p.stdout.splitlines() if line.startswith(f"| {size} |"))
-        assert row.count(" us (cpu ") == 4, row
+        assert row.count(" us (cpu ") == 5, row
 
 
 def test_roundtrip_ratio_refuses_a_size_its_copies_contestant_does_not_model():
