@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 
 from benchmarks import idle_penalty
-from benchmarks.idle_penalty import FAULT_BELOW, MAX_PENALTY, penalty, verdict
+from benchmarks.idle_penalty import FAULT_BELOW, MAX_PENALTY, penalty, penalty_of, probe, verdict
 
 
 class _Machine:
@@ -30,6 +30,19 @@ def test_penalty_is_the_time_after_a_sleep_over_the_time_back_to_back(monkeypatc
     monkeypatch.setattr(idle_penalty.time, "perf_counter", lambda: m.now)
     monkeypatch.setattr(idle_penalty.time, "sleep", m.sleep)
     assert penalty(m.work, 0.05, repeats=5) == slow
+
+
+def test_a_probe_times_the_work_back_to_back_then_after_the_gap(monkeypatch):
+    # what paced_interleaved calls between its rounds, one pair at a time
+    m = _Machine(3.0)
+    monkeypatch.setattr(idle_penalty.time, "perf_counter", lambda: m.now)
+    monkeypatch.setattr(idle_penalty.time, "sleep", m.sleep)
+    assert probe(m.work, 0.05) == (1.0, 3.0)
+    assert penalty_of([(1.0, 3.0), (2.0, 2.0), (1.0, 5.0)]) == 3.0 / 1.0  # median over median
+    with pytest.raises(ValueError):
+        probe(m.work, -0.01)  # refused before the fake sleep, which would take it
+    with pytest.raises(ValueError):
+        penalty_of([])
 
 
 def test_penalty_rejects_a_negative_gap_or_no_repeats():
