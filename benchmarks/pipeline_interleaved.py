@@ -9,8 +9,10 @@ every round (``turns``: a rotation favoured some contestants), with a barrier be
 each: the engine's ``pipeline_step`` over a ``TorchDistComm`` of its own in both
 schedules (what ``pipeline-sgd`` runs per step, without the launcher's per-step
 bookkeeping), ``torch.distributed.pipelining``'s ``ScheduleGPipe`` and ``Schedule1F1B``, the hand-written GPipe of
-``pipeline_ratio`` (bare ``dist.isend`` / ``recv``), and the engine's 1F1B with its links
-carrying raw tensor bytes, no codec (what the lossless codec's work per message costs it).  A step's time is the slower
+``pipeline_ratio`` (bare ``dist.isend`` / ``recv``), the engine's 1F1B with its links
+carrying raw tensor bytes, no codec (what the lossless codec's work per message costs it), and
+the engine's 1F1B posting its receives ahead as its GPipe does (``engine.POSTS_AHEAD``: the
+choice the engine made against).  A step's time is the slower
 rank's, from the barrier to after the optimiser step; a ratio is taken per step
 between neighbours in time (the same round), and the table gives its median
 [quartiles] over the measured steps and the 95 % interval of that median
@@ -58,11 +60,12 @@ from benchmarks.turns import turn_order
 
 WARMUP = 3  # rounds left out (the peer's first step infers its boundary shapes)
 CONTESTANTS = ("engine[gpipe]", "engine[1f1b]", "ScheduleGPipe", "Schedule1F1B", "hand-written GPipe",
-               "engine[1f1b] raw bytes")
+               "engine[1f1b] raw bytes", "engine[1f1b] ahead")
 RATIOS = (("engine[gpipe]", "ScheduleGPipe"), ("engine[1f1b]", "Schedule1F1B"),
           ("engine[gpipe]", "hand-written GPipe"), ("engine[1f1b]", "engine[gpipe]"),
           ("Schedule1F1B", "ScheduleGPipe"), ("engine[1f1b] raw bytes", "Schedule1F1B"),
-          ("engine[1f1b]", "engine[1f1b] raw bytes"))
+          ("engine[1f1b]", "engine[1f1b] raw bytes"), ("engine[1f1b] ahead", "Schedule1F1B"),
+          ("engine[1f1b] ahead", "engine[1f1b]"))
 
 
 def _raw_bytes_links(stage, rank: int, rows: int, seq_len: int):
@@ -98,7 +101,7 @@ def _contestants(cfg, rank: int, comm):
     its first step."""
     from torch.distributed import pipelining
 
-    from algorithms.pipeline.engine import LinkCodecs, pipeline_step, run_step
+    from algorithms.pipeline.engine import POSTS_AHEAD, LinkCodecs, pipeline_step, run_step
     from algorithms.pipeline.sgd import _optimizer, _wire_codec
     from harness.comm.torchdist import TorchDistComm
     from harness.models import build_stage, lm_loss
@@ -117,6 +120,13 @@ def _contestants(cfg, rank: int, comm):
 
             def step(ids, labels, stage=stage, links=links, own=own):
                 run_step(own, stage, ids, labels, M, links, schedule="1f1b")
+        elif name == "engine[1f1b] ahead":  # the other choice of engine.POSTS_AHEAD, for this step only
+            def step(ids, labels, stage=stage, own=own):
+                POSTS_AHEAD["1f1b"] = True
+                try:
+                    pipeline_step(own, stage, ids, labels, M, codecs, "1f1b")
+                finally:
+                    POSTS_AHEAD["1f1b"] = False
         elif name.startswith("engine"):
             schedule = name[len("engine["):-1]
 
