@@ -2,17 +2,25 @@
 profiler or a system-call counter to attach to (a timing of its own is not the point: the
 interleaved benchmark times).  Each rank prints its pid and its gloo threads' ids once warm.
 
-    python3 -m benchmarks.pipeline_loop "engine[1f1b]" [--steps 1500] [--post-ahead]
+    python3 -m benchmarks.pipeline_loop "engine[1f1b]" [--steps 1500] [--post-ahead] [--call-cpu]
     perf stat -e syscalls:sys_enter_epoll_wait,syscalls:sys_enter_recvfrom -t TID,TID -- sleep 3
 
 ``--post-ahead`` makes the engine's 1F1B post its receives ahead as GPipe does
 (``engine.POSTS_AHEAD``), the choice its docstring measured against.
+
+``--call-cpu`` times, in each rank's thread CPU, every call of the dense codec's ``encode`` and
+``decode`` and of the Comm's ``send`` and ``recv`` once warm, and after the loop the last
+``encode`` and ``decode`` again, 1000 times back to back on the same input: a call between a
+stage's forward and backward passes runs with the caches the model's compute left, which a codec
+benchmark on its own never sees.  Each rank prints one line per call: its mean CPU in the
+steps, and back to back.
 """
 
 from __future__ import annotations
 
 import argparse
 import os
+import time
 from pathlib import Path
 
 import torch
@@ -25,9 +33,50 @@ from benchmarks.pipelining_ratio import engine_config
 WARM = 10  # steps before the ids are printed
 
 
-def _rank(rank: int, port: int, cfg, name: str, steps: int, post_ahead: bool, q) -> None:
+AGAIN = 1000  # back-to-back repeats of the last encode and decode (--call-cpu)
+
+
+class _CallCpu:
+    """Thread CPU of every call of ``cls.meth`` for each (cls, meth), once ``on``; the last call's
+    arguments are kept to time it again back to back."""
+
+    def __init__(self, methods):
+        self.on, self.cpu, self.calls, self.last = False, {}, {}, {}
+        for cls, meth in methods:
+            setattr(cls, meth, self._timed(getattr(cls, meth), meth))
+
+    def _timed(self, fn, meth):
+        def call(*args, **kw):
+            t = time.thread_time()
+            out = fn(*args, **kw)
+            if self.on:
+                self.cpu[meth] = self.cpu.get(meth, 0.0) + time.thread_time() - t
+                self.calls[meth] = self.calls.get(meth, 0) + 1
+                self.last[meth] = (fn, args, kw)
+            return out
+        return call
+
+    def report(self, rank: int) -> str:
+        lines = []
+        for meth in sorted(self.cpu):
+            in_steps = 1e6 * self.cpu[meth] / self.calls[meth]
+            again = ""
+            if meth in ("encode", "decode"):
+                fn, args, kw = self.last[meth]
+                t = time.thread_time()
+                for _ in range(AGAIN):
+                    fn(*args, **kw)
+                again = f", back to back {1e6 * (time.thread_time() - t) / AGAIN:.1f} us"
+            lines.append(f"rank {rank}: {meth} {in_steps:.1f} us CPU per call in the steps "
+                         f"({self.calls[meth]} calls){again}")
+        return "\n".join(lines) + "\n"
+
+
+def _rank(rank: int, port: int, cfg, name: str, steps: int, post_ahead: bool, call_cpu: bool, q) -> None:
+    from algorithms.codecs.dense import DenseCodec
     from algorithms.pipeline import engine
     from algorithms.pipeline.local import batch
+    from harness.comm.base import Comm
     from harness.comm.torchdist import TorchDistComm
 
     if post_ahead:
@@ -37,8 +86,12 @@ def _rank(rank: int, port: int, cfg, name: str, steps: int, post_ahead: bool, q)
     dist.init_process_group("gloo", rank=rank, world_size=2)
     comm = TorchDistComm("gloo", timeout_s=120.0)
     _, opt, step, _ = _contestants(cfg, rank, comm)[name]
+    timed = _CallCpu([(DenseCodec, "encode"), (DenseCodec, "decode"), (Comm, "send"), (Comm, "recv")]) \
+        if call_cpu else None
     for s in range(steps):
         if s == WARM:
+            if timed is not None:
+                timed.on = True
             gloo = [t for t in sorted(os.listdir("/proc/self/task"))
                     if Path(f"/proc/self/task/{t}/comm").read_text().startswith("gloo")]
             # one write of the whole line: the two ranks share the pipe, and print's separate writes
@@ -48,6 +101,9 @@ def _rank(rank: int, port: int, cfg, name: str, steps: int, post_ahead: bool, q)
         opt.zero_grad(set_to_none=True)
         step(ids, labels)
         opt.step()
+    if timed is not None:
+        timed.on = False
+        os.write(2, timed.report(rank).encode())  # one write: the ranks share the pipe
     q.put((rank, None))
     comm.close()
 
@@ -57,12 +113,14 @@ def main() -> None:
     ap.add_argument("contestant", choices=CONTESTANTS)
     ap.add_argument("--steps", type=int, default=1500)
     ap.add_argument("--post-ahead", action="store_true", help="the engine's 1F1B posts its receives ahead")
+    ap.add_argument("--call-cpu", action="store_true",
+                    help="time the codec's and the Comm's calls in the steps and back to back")
     ap.add_argument("--model", default="tiny-opt")
     a = ap.parse_args()
     if a.steps <= WARM:
         ap.error(f"--steps must be above {WARM}")
     cfg = engine_config("gpipe", model=a.model, batch_size=8, seq_len=64, micro_batches=4, steps=a.steps)
-    run_pair(_rank, cfg, a.contestant, a.steps, a.post_ahead, timeout_s=24 * 3600)
+    run_pair(_rank, cfg, a.contestant, a.steps, a.post_ahead, a.call_cpu, timeout_s=24 * 3600)
 
 
 if __name__ == "__main__":

@@ -58,6 +58,12 @@ def test_comm_turnaround_stamps_every_span_of_rank_one():
 
 
 def test_pipeline_loop_runs_a_contestant_and_names_its_gloo_threads():
-    p = _run("benchmarks.pipeline_loop", "engine[1f1b]", "--steps", "12", "--post-ahead")
+    p = _run("benchmarks.pipeline_loop", "engine[1f1b]", "--steps", "12", "--post-ahead", "--call-cpu")
     assert p.returncode == 0, p.stderr
-    assert sum("gloo threads" in line for line in p.stderr.splitlines()) == 2, p.stderr
+    lines = p.stderr.splitlines()
+    assert sum("gloo threads" in line for line in lines) == 2, p.stderr
+    # two warm steps of 4 micro-batches: each rank sends and receives 4 messages a step
+    for rank in (0, 1):
+        for call in ("encode", "decode", "send", "recv"):
+            line = next(x for x in lines if x.startswith(f"rank {rank}: {call} "))
+            assert "(8 calls)" in line and ("back to back" in line) == (call in ("encode", "decode")), line
