@@ -86,12 +86,20 @@ WARMUP = 3  # rounds left out (first allocations, the size history of large fram
 GOAL = 1.10  # the shaped step against what GPipe allows on its link
 
 
+def _transfer_s(wire: float, bps: float) -> float:
+    """Seconds a direction's ``wire`` bytes per step take at ``bps`` past the bucket's burst (which
+    leaves at once after an idle spell; module docstring)."""
+    from harness.comm.pacer import tbf_burst_bytes
+
+    return max(0, wire - tbf_burst_bytes(bps)) * 8 / bps
+
+
 def _rank(rank: int, port: int, cfg, rates: dict[str, float], net: dict | None, q) -> None:
     from algorithms.pipeline.engine import LinkCodecs, pipeline_step
     from algorithms.pipeline.local import batch
     from algorithms.pipeline.sgd import _optimizer, _wire_codec
     from harness.comm.byte_meter import FRAME_HEADER_BYTES
-    from harness.comm.pacer import tbf_burst_bytes, wire_bytes
+    from harness.comm.pacer import wire_bytes
     from harness.models import build_stage
     from harness.netns import enter, shape
     from harness.rank_meters import interface_bytes
@@ -185,8 +193,7 @@ def _rank(rank: int, port: int, cfg, rates: dict[str, float], net: dict | None, 
         if step < WARMUP:
             continue
         if not gaps:  # a direction's transfer past the burst, the busier of the two ranks'
-            mine = [max(0, link_wire[n][0] - tbf_burst_bytes(rates[n[len("shaped "):]])) * 8
-                    / rates[n[len("shaped "):]] / M for n in probes]
+            mine = [_transfer_s(link_wire[n][0], egress[n]) / M for n in probes]
             both = plain.all_gather(torch.tensor(mine, dtype=torch.float64))
             gaps = dict(zip(probes, torch.maximum(*both).tolist(), strict=True))
         # The precondition, probed in the same minutes as the steps it qualifies: a stage's
@@ -223,7 +230,6 @@ def measure(cfg, rates: dict[str, float], net: dict | None = None):
 
 
 def main() -> None:
-    from harness.comm.pacer import tbf_burst_bytes
     from harness.config import parse_rate
 
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
@@ -259,7 +265,7 @@ def main() -> None:
     compute, fill = step["unshaped"], step["one micro-batch"]
     for r, bps in rates.items():
         shaped = step[f"shaped {r}"]
-        fwd, bwd = (max(0, w - tbf_burst_bytes(bps)) * 8 / bps for w in wire[f"shaped {r}"])
+        fwd, bwd = (_transfer_s(w, bps) for w in wire[f"shaped {r}"])
         to_bound = [s / max(c, f + fwd + bwd) for s, c, f in zip(shaped, compute, fill, strict=True)]
         print(f"| {r} | {1e3 * fwd:.1f} / {1e3 * bwd:.1f} ms "
               f"| {quartiles([s / c for s, c in zip(shaped, compute, strict=True)])} "

@@ -442,7 +442,7 @@ class TorchDistComm(Comm):
                 raise CommTimeout(
                     f"{e}; it was waited on because {frames} frames ({held} bytes) were in flight, "
                     f"above max_in_flight_frames={self.max_in_flight_frames} or max_in_flight_bytes="
-                    f"{self.max_in_flight_bytes}, and a gloo send completes only once its receive is "
+                    f"{self.max_in_flight_bytes}, and a {self.backend} send completes only once its receive is "
                     "posted: a peer that sends to this rank past the bound before receiving waits "
                     "for it in turn (receive between the sends, or raise the bound)") from e
 
