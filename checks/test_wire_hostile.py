@@ -135,7 +135,9 @@ _GLOO_CASES = (  # (name, raw messages, what rank 0's CommError must say)
      [_header(3) + b"abc" + FRAME_END + bytes(FIRST_BUFFER_NBYTES - 19)], "longer than"),
     ("a body where a header is due", [b"abc" * 100 + FRAME_END], "malformed frame header"),
     # refused at the header: its body is never sent
-    ("long header of a large frame", [_header(_BIG) + b"\x01\x02\x03"], "longer than"),
+    # a first extra byte of zero: no guard byte is zero, so always caught (a non-zero one
+    # matches its guard byte 1 time in 128, and the Comm would then wait for a body)
+    ("long header of a large frame", [_header(_BIG) + b"\x00\x02\x03"], "longer than"),
     ("long header of a large frame, of 0xA5", [_header(_BIG) + bytes([0xA5] * 8)], "longer than"),
     ("short body", [_header(_BIG), bytes(_BIG - 1) + FRAME_END], "shorter than"),
     ("long body", [_header(_BIG), bytes(_BIG) + FRAME_END + bytes(BODY_SLACK)], "longer than"),  # the most gloo lets us see
@@ -226,7 +228,7 @@ _GLOO_SIZED_CASES = (
     ("long sized frame of 0xA5", "longer", [_header(_SIZED) + bytes(_SIZED) + FRAME_END + bytes([0xA5] * 8)]),
     # another large size must come as a header alone: a whole frame of it is refused
     ("a whole frame of an unexpected size", "longer", [_header(_SIZED - 8) + bytes(_SIZED - 8) + FRAME_END]),
-    ("a header of an unexpected size with bytes after it", "longer", [_header(_SIZED + 1) + b"\x01"]),
+    ("a header of an unexpected size with bytes after it", "longer", [_header(_SIZED + 1) + b"\x00\x01"]),
     ("short inline frame", "shorter", [_header(300) + bytes(100) + FRAME_END]),
 )
 
