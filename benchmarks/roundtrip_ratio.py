@@ -23,7 +23,8 @@ gives the ratios per repeat, median [min, max]:
   one frame).
 
 It also times how long rank 0 takes to *issue* a burst of 8 sends (``dist.isend`` against
-``Comm.send``, which posts without waiting): the caller's cost of handing off messages.  CPU
+``Comm.send``, which posts without waiting): the caller's cost of handing off messages, the
+median of 25 bursts of each per repeat, alternating.  CPU
 time per round trip is printed beside the wall time; the load average too: the machine may be
 shared, and only ratios of one run compare.
 
@@ -45,17 +46,17 @@ import torch.distributed as dist
 
 from benchmarks.gloo_pair import run_pair
 from benchmarks.spread import extremes
-from harness.comm.base import FRAME_HEADER_NBYTES
+from harness.comm.base import FRAME_HEADER_NBYTES, MAX_IN_FLIGHT_FRAMES
 from harness.comm.byte_meter import FRAME_HEADER_BYTES
 from harness.comm.torchdist import (
     BODY_SLACK,
     FIRST_BUFFER_NBYTES,
     INLINE_MAX_PAYLOAD,
-    MAX_IN_FLIGHT_FRAMES,
     SIZED_MIN_PAYLOAD,
 )
 
 BURST = 8
+BURSTS = 25  # bursts of each kind per repeat, alternating: one burst alone is a few hundred us
 
 
 def _raw_round(t: torch.Tensor, buf: torch.Tensor, rank: int) -> None:
@@ -146,6 +147,35 @@ def _timed(fn, rounds: int) -> tuple[float, float]:
     return statistics.median(walls), (time.process_time() - c0) / rounds
 
 
+def _bursts(comm, t: torch.Tensor, buf: torch.Tensor, rank: int) -> tuple[float, float]:
+    """Rank 0's median time to hand off ``BURST`` sends of ``t`` through ``dist.isend`` and
+    through ``comm``, ``BURSTS`` of each, alternating (the receiver drains each burst before the
+    next starts); 0.0 on rank 1."""
+    raw, com = [], []
+    for _ in range(BURSTS):
+        dist.barrier()
+        if rank == 0:
+            w0 = time.perf_counter()
+            works = [dist.isend(t, 1) for _ in range(BURST)]
+            raw.append(time.perf_counter() - w0)
+            for w in works:
+                w.wait()
+        else:
+            for _ in range(BURST):
+                dist.recv(buf, 0)
+        comm.barrier()  # the Comm's sends of the last burst delivered, as every burst starts
+        if rank == 0:
+            w0 = time.perf_counter()
+            for _ in range(BURST):
+                comm.send(t, 1, "burst")
+            com.append(time.perf_counter() - w0)
+        else:
+            for _ in range(BURST):
+                comm.recv(0, "burst")
+    comm.barrier()
+    return (statistics.median(raw), statistics.median(com)) if rank == 0 else (0.0, 0.0)
+
+
 def _rank(rank: int, port: int, sizes: list[int], rounds: int, repeats: int, q) -> None:
     from harness.comm.torchdist import TorchDistComm
 
@@ -181,29 +211,7 @@ def _rank(rank: int, port: int, sizes: list[int], rounds: int, repeats: int, q) 
                 while pending:  # the posted sends of "posted" and "copied", as the Comm's barrier does
                     pending.popleft().wait()
             raw, pat, cop, com, com1 = (got[name] for name in names)
-            dist.barrier()
-            # a burst: the time to hand off BURST messages (the receiver drains them after)
-            if rank == 0:
-                w0 = time.perf_counter()
-                works = [dist.isend(t, 1) for _ in range(BURST)]
-                raw_burst = time.perf_counter() - w0
-                for w in works:
-                    w.wait()
-            else:
-                for _ in range(BURST):
-                    dist.recv(buf, 0)
-                raw_burst = 0.0
-            dist.barrier()
-            if rank == 0:
-                w0 = time.perf_counter()
-                for _ in range(BURST):
-                    comm.send(t, 1, "burst")
-                com_burst = time.perf_counter() - w0
-            else:
-                for _ in range(BURST):
-                    comm.recv(0, "burst")
-                com_burst = 0.0
-            comm.barrier()
+            raw_burst, com_burst = _bursts(comm, t, buf, rank)
             rows.append((size, raw, com, raw_burst, com_burst, pat, cop, com1))
     q.put((rank, rows if rank == 0 else None))
     comm1.barrier()  # its sends delivered before the group goes

@@ -434,31 +434,155 @@ def test_gloo_peer_death_with_sends_in_flight_is_named_within_the_timeout(tmp_pa
     assert float(took) < 20
 
 
-def _exchange(frames: int, comm):
+def _exchange(frames: int, comm, ahead: int = 0, barrier: bool = False, by_bytes: bool = False):
     """Both ranks send ``frames`` frames to the other, then receive as many: the in-flight bound
-    lowered to 2 frames."""
-    comm.max_in_flight_frames = 2
+    lowered to 2 frames (``by_bytes``: to 2 frames' bytes, 232).  ``ahead``: each first posts the
+    receives of that many frames; ``barrier``: a barrier between the sends and the receives."""
+    if by_bytes:
+        comm.max_in_flight_bytes = 2 * (FRAME_HEADER_BYTES + 100)
+    else:
+        comm.max_in_flight_frames = 2
     other = 1 - comm.rank
     sent = [_payload(10 * comm.rank + i, 100) for i in range(frames)]
     try:
+        posted = [comm.irecv(other, "x") for _ in range(ahead)]
         for t in sent:
             comm.send(t, other, "x")
-        got = [comm.recv(other, "x") for _ in range(frames)]
+        if barrier:
+            comm.barrier()
+        got = [p.wait() for p in posted] + [comm.recv(other, "x") for _ in range(frames - len(posted))]
     except CommTimeout as e:
         return str(e)
     return [g.tolist() for g in got] == [_payload(10 * other + i, 100).tolist() for i in range(frames)]
 
 
-@pytest.mark.gloo
-def test_an_exchange_past_the_in_flight_bound_times_out_saying_why():
+def _on(backend: str, prog, timeout_s: float) -> list:
+    return (run_gloo(2, prog, timeout_s=timeout_s) if backend == "gloo"
+            else run_threads(2, prog, timeout_s=timeout_s))
+
+
+@pytest.mark.parametrize("backend", ["threads", pytest.param("gloo", marks=pytest.mark.gloo)])
+def test_an_exchange_past_the_in_flight_bound_times_out_saying_why_on_every_backend(backend):
     # Up to the bound, sends are posted and both ranks reach their receives; one frame more
     # and each waits for a send the other has not received (gloo completes a send only once
-    # its receive is posted).  The threads backend has no bound and runs both.
-    assert run_gloo(2, functools.partial(_exchange, 2), timeout_s=20) == [True, True]
-    assert run_threads(2, functools.partial(_exchange, 3)) == [True, True]
-    for msg in run_gloo(2, functools.partial(_exchange, 3), timeout_s=3):
-        assert "timed out after 3 s" in msg and "3 frames (348 bytes) were in flight" in msg, msg
+    # its receive is posted, and the threads backend keeps the same bound, so that a program
+    # that stops on gloo stops in the checks too).
+    assert _on(backend, functools.partial(_exchange, 2), 20) == [True, True]
+    for msg in _on(backend, functools.partial(_exchange, 3), 3):
+        assert "send to rank" in msg and "timed out after 3 s" in msg, msg
+        assert "3 frames (348 bytes) were in flight" in msg, msg
         assert "max_in_flight_frames=2" in msg and "receive is posted" in msg, msg
+        assert msg.endswith("a peer that sends to this rank past the bound before receiving waits for it "
+                            "in turn (receive between the sends, or raise the bound)"), msg
+    # a receive posted ahead completes the peer's oldest send: 3 frames pass; but receives from
+    # a peer are posted to the transport one at a time, so 3 posted ahead do not let 4 pass
+    assert _on(backend, functools.partial(_exchange, 3, ahead=1), 20) == [True, True]
+    for msg in _on(backend, functools.partial(_exchange, 4, ahead=3), 3):
+        assert "timed out after 3 s" in msg and "3 frames (348 bytes) were in flight" in msg, msg
+    # the byte bound likewise: up to it (2 frames, 232 bytes) the exchange passes, past it not
+    assert _on(backend, functools.partial(_exchange, 2, by_bytes=True), 20) == [True, True]
+    for msg in _on(backend, functools.partial(_exchange, 3, by_bytes=True), 3):
+        assert "3 frames (348 bytes) were in flight" in msg and "max_in_flight_bytes=232" in msg, msg
+
+
+def test_a_threads_send_waits_for_exactly_its_own_receive():
+    # one thread drives both ends, the bound at 1 frame: each send waits for the frame before it,
+    # which has completed once its receive (whichever way it was posted) was posted, and not before
+    world = ThreadsWorld(2, timeout_s=0.2)
+    a, b = world.comm(0, max_in_flight_frames=1), world.comm(1)
+    f = [_payload(i, 10) for i in range(4)]
+    posted = b.irecv(0)  # receive 0 posted before its frame was sent
+    a.send(f[0], 1)
+    a.send(f[1], 1)  # waits for frame 0: its receive is posted
+    assert torch.equal(posted.wait(), f[0]) and torch.equal(b.recv(0), f[1])
+    a.send(f[2], 1)  # waits for frame 1: received
+    with pytest.raises(CommTimeout, match=r"2 frames \(52 bytes\) were in flight"):
+        a.send(f[3], 1)  # waits for frame 2, whose receive nobody posted
+
+
+def _fan_out(comm):
+    """Rank 0, the bound at 3 frames, sends 1 frame to rank 1 and 3 to rank 2, then one more to
+    rank 1; rank 2 receives one, then waits for rank 1, which waits for that last frame.  Only a
+    count of frames per peer lets it through: the wait at the last send is for rank 2's first
+    frame, whose receive is posted."""
+    comm.max_in_flight_frames = 3
+    x = torch.zeros(1, dtype=torch.uint8)
+    try:
+        if comm.rank == 0:
+            for dst in (1, 2, 2, 2, 1):
+                comm.send(x, dst)
+        elif comm.rank == 1:
+            comm.recv(0)
+            comm.recv(0)
+            comm.send(x, 2, "go")
+        else:
+            comm.recv(0)
+            comm.recv(1, "go")
+            comm.recv(0)
+            comm.recv(0)
+    except CommTimeout as e:
+        return str(e)
+    return True
+
+
+@pytest.mark.parametrize("backend", ["threads", pytest.param("gloo", marks=pytest.mark.gloo)])
+def test_the_bound_counts_each_peer_s_frames_apart_on_every_backend(backend):
+    prog = _fan_out
+    assert (run_gloo(3, prog, timeout_s=20) if backend == "gloo" else run_threads(3, prog, timeout_s=20)) \
+        == [True] * 3
+
+
+def test_a_threads_send_after_a_peer_failed_says_why_it_was_aborted():
+    world = ThreadsWorld(2)
+    comm = world.comm(0)
+    world.fail("rank 1 failed: boom")
+    with pytest.raises(CommError, match=r"^rank 0: send aborted because rank 1 failed: boom$"):
+        comm.send(torch.zeros(1, dtype=torch.uint8), 1)
+    assert not world.mail  # nothing was queued
+
+
+def test_the_in_flight_bound_is_at_least_one_frame_and_one_byte():
+    world = ThreadsWorld(2)
+    for kw in ({"max_in_flight_frames": 0}, {"max_in_flight_bytes": 0}):
+        with pytest.raises(ValueError, match="max_in_flight_frames and max_in_flight_bytes must be >= 1"):
+            world.comm(0, **kw)
+
+
+def _stream(frames: int, how: str, comm):
+    """Rank 0 sends ``frames`` frames to rank 1, the bound lowered to 2 frames; rank 1 receives
+    them ``how``: one blocking receive at a time, from any source, or all posted ahead first."""
+    comm.max_in_flight_frames = 2
+    sent = [_payload(i, 100) for i in range(frames)]
+    try:
+        if comm.rank == 0:
+            for t in sent:
+                comm.send(t, 1, "x")
+            return True
+        if how == "ahead":
+            got = [p.wait() for p in [comm.irecv(0, "x") for _ in sent]]
+        elif how == "any":
+            got = [comm.recv_any([0], "x")[1] for _ in sent]
+        else:
+            got = [comm.recv(0, "x") for _ in sent]
+    except CommTimeout as e:
+        return str(e)
+    return [g.tolist() for g in got] == [t.tolist() for t in sent]
+
+
+@pytest.mark.parametrize("backend", ["threads", pytest.param("gloo", marks=pytest.mark.gloo)])
+def test_a_stream_past_the_bound_flows_as_its_receives_are_posted_on_every_backend(backend):
+    # each receive posted, however it is posted, completes the oldest send: the sender passes
+    # the bound as the receiver takes its frames
+    for how in ("recv", "any", "ahead"):
+        assert _on(backend, functools.partial(_stream, 6, how), 20) == [True, True], how
+
+
+@pytest.mark.parametrize("backend", ["threads", pytest.param("gloo", marks=pytest.mark.gloo)])
+def test_a_collective_waits_for_the_sends_before_it_on_every_backend(backend):
+    # a synchronisation point waits for every send posted before it: a barrier between sends
+    # and their receives stops both ranks, on threads as on gloo
+    for rank, msg in enumerate(_on(backend, functools.partial(_exchange, 1, barrier=True), 3)):
+        assert msg.startswith(f"rank {rank}: send to rank {1 - rank} timed out after 3 s"), msg
 
 
 @settings(max_examples=5)

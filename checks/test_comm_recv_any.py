@@ -63,13 +63,12 @@ def test_recv_any_threads_all_arrive_with_source_and_meter(seed, world, sizes):
 def test_recv_any_threads_takes_the_earliest_arrival():
     def prog(comm):
         if comm.rank == 0:
-            comm.barrier()  # rank 2 sent before rank 1
             return [comm.recv_any([1, 2], tag="a")[0] for _ in range(2)]
-        if comm.rank == 2:
+        if comm.rank == 2:  # rank 2 sends first, then lets rank 1 send
             comm.send(torch.zeros(1, dtype=torch.uint8), 0, tag="a")
-            comm.barrier()
+            comm.send(torch.zeros(1, dtype=torch.uint8), 1, tag="go")
         else:
-            comm.barrier()
+            comm.recv(2, tag="go")
             comm.send(torch.zeros(1, dtype=torch.uint8), 0, tag="a")
         return None
 

@@ -17,11 +17,10 @@ import torch
 from hypothesis import example, given
 from hypothesis import strategies as st
 
-from harness.comm.base import FRAME_HEADER_NBYTES
+from harness.comm.base import FRAME_HEADER_NBYTES, MAX_IN_FLIGHT_FRAMES
 from harness.comm.torchdist import (
     FIRST_BUFFER_NBYTES,
     INLINE_MAX_PAYLOAD,
-    MAX_IN_FLIGHT_FRAMES,
     SIZED_MIN_PAYLOAD,
     SPARE_FRAMES,
     _far_guard,

@@ -103,34 +103,33 @@ def test_same_config_same_peak_tensor_bytes(algo, backend):
     assert min(per_rank) > 4 * 10_000
 
 
-def _meter_one_message(comm, nbytes: int, unread: bool = False, settled: bool = False) -> int:
+def _meter_one_message(comm, nbytes: int, unread=None, settled: bool = False) -> int:
     """Rank 0 sends ``nbytes`` and returns what its meter holds over its payload afterwards;
-    rank 1 returns what its meter gained by receiving.  With ``unread`` rank 0 reads its meter
-    while the message still waits unread (threads: a send returns at once).  With ``settled``
-    rank 0 reads it after a barrier, a synchronisation point (a gloo send is posted and its
-    frame held until the send completes: at the latest there)."""
-    def sync():
-        if unread or settled:
-            comm.barrier()
-
+    rank 1 returns what its meter gained by receiving.  With ``unread`` (a threading.Event, for
+    the threads backend, whose send returns at once) rank 0 reads its meter while the message
+    still waits unread, and sets it; rank 1 receives only then.  With ``settled`` rank 0 reads
+    it after a barrier, a synchronisation point (a gloo send is posted and its frame held until
+    the send completes: at the latest there)."""
     m = TensorMemoryMeter()
     with m:
         if comm.rank == 0:
             payload = torch.ones(nbytes, dtype=torch.uint8)
             base = m.current
             comm.send(payload, 1)
-            sync()  # unread: the message is in rank 1's mailbox, not yet received
-            held = m.current - base
-            if unread:
-                sync()
+            if settled:
+                comm.barrier()
+            held = m.current - base  # unread: the message is in rank 1's mailbox, not yet received
+            if unread is not None:
+                unread.set()
             return held
-        if unread:
-            sync()
+        if unread is not None:
+            assert unread.wait(comm.timeout_s)
         base = m.current
         got = comm.recv(0)
         gained = m.current - base
         assert got.numel() == nbytes
-        sync()
+        if settled:
+            comm.barrier()
         return gained
 
 
@@ -140,7 +139,7 @@ def test_threads_message_in_flight_is_counted_by_the_receiver_only():
     from harness.comm.threads import run_threads
 
     nbytes = 1_000_000
-    held, gained = run_threads(2, partial(_meter_one_message, nbytes=nbytes, unread=True))
+    held, gained = run_threads(2, partial(_meter_one_message, nbytes=nbytes, unread=threading.Event()))
     assert held == 0
     assert nbytes <= gained <= nbytes + 64  # the frame: payload and its end marker
 

@@ -150,13 +150,17 @@ def test_the_link_delays_the_bytes_not_the_sender():
 def test_a_message_the_bucket_covers_leaves_from_the_caller():
     """Through tbf, a message the bucket covers leaves at once: the caller posts it itself (it is in
     the peer's mailbox when ``send`` returns), and no sender thread is started for it."""
+    import threading
+
+    looked = threading.Event()
+
     def body(comm):
         if comm.rank == 0:
             comm.send(torch.ones(1000, dtype=torch.uint8), 1)  # 1,082 wire bytes, bucket 6,000
             queued, sender = len(comm.world.mail.get((0, 1), ())), comm._sender
-            comm.barrier()
+            looked.set()
             return queued, sender, comm.pacer.waited_s
-        comm.barrier()  # the peer receives only after rank 0 has looked into its mailbox
+        assert looked.wait(comm.timeout_s)  # the peer receives only after rank 0 has looked into its mailbox
         return torch.equal(comm.recv(0), torch.ones(1000, dtype=torch.uint8))
 
     (queued, sender, waited), ok = run_threads(2, body, bandwidth_bps=1e6)

@@ -100,6 +100,13 @@ PROFILES: dict[str, tuple[list[str], list[str]]] = {
         ["checks/test_comm.py", "checks/test_faults_inprocess.py", "checks/test_comm_sized_frames.py",
          "checks/test_pacer.py", "checks/test_wire_hostile.py", "-k", "not paced_benchmark"],
     ),
+    # the threads backend: a send completes once its receive is posted, the in-flight bound and
+    # the wait at a collective as on gloo (base.py's bound with it)
+    "comm-threads": (
+        ["harness/comm/threads.py", "harness/comm/base.py"],
+        ["checks/test_comm.py", "checks/test_comm_recv_any.py", "checks/test_pacer.py",
+         "-k", "threads or exchange or stream or collective or bound or recv_any or bucket"],
+    ),
     # the spawned rank processes of checks and benchmarks: fail fast, grace after a death, cleanup
     # (the gloo checks that run a dead peer through run_gloo are in the selection: MARKS)
     "rank-processes": (

@@ -89,6 +89,16 @@ assert FRAME_HEADER_NBYTES + FRAME_END_NBYTES == FRAME_HEADER_BYTES
 #: Default largest payload a Comm sends or accepts: 1 GiB, above the largest
 #: message of the shipped algorithms (a full fp32 model of 125M parameters is 0.5 GB).
 DEFAULT_MAX_FRAME_BYTES = 1 << 30
+#: Sends a rank has posted and whose receives are not known to be posted, past which a send waits
+#: for the oldest of them (bytes, frames).  Every backend keeps this bound, because gloo cannot do
+#: without it (harness/comm/torchdist.py: its send work says it completed only once waited on)
+#: and a rank program must behave alike on every backend: two ranks that each send more than the
+#: bound to the other before receiving wait for each other at it, on threads as on gloo, and the
+#: wait's timeout says why (``in_flight_timeout``).  Eight frames cover a step's micro-batches to
+#: one peer, so a stage still computes while they are on the wire; the oldest has been received
+#: by the time a ninth is sent unless the link is the bottleneck, which then sets the pace anyway.
+MAX_IN_FLIGHT_BYTES = 64 << 20
+MAX_IN_FLIGHT_FRAMES = 8
 
 
 def pack_frame_header(nbytes: int, taghash: int) -> bytes:
@@ -199,7 +209,8 @@ class Comm(ABC):
     def __init__(self, rank: int, world_size: int, *, timeout_s: float = 120.0,
                  latency_ms: float = 0.0, metered: bool = True,
                  max_frame_bytes: int = DEFAULT_MAX_FRAME_BYTES, board: ProgressBoard | None = None,
-                 bandwidth_bps: float | None = None):
+                 bandwidth_bps: float | None = None, max_in_flight_bytes: int = MAX_IN_FLIGHT_BYTES,
+                 max_in_flight_frames: int = MAX_IN_FLIGHT_FRAMES):
         if world_size < 1 or not 0 <= rank < world_size:
             raise ValueError(f"rank {rank} is not in a world of size {world_size}")
         if timeout_s <= 0:
@@ -208,7 +219,11 @@ class Comm(ABC):
             raise ValueError("latency_ms must be >= 0")
         if not isinstance(max_frame_bytes, int) or not 1 <= max_frame_bytes < 2**63:
             raise ValueError(f"max_frame_bytes must be an integer in 1..2**63-1, got {max_frame_bytes!r}")
+        if max_in_flight_frames < 1 or max_in_flight_bytes < 1:
+            raise ValueError("max_in_flight_frames and max_in_flight_bytes must be >= 1")
         self.max_frame_bytes = max_frame_bytes
+        self.max_in_flight_bytes = max_in_flight_bytes
+        self.max_in_flight_frames = max_in_flight_frames
         self.rank = rank
         self.world_size = world_size
         self.timeout_s = timeout_s
@@ -353,6 +368,21 @@ class Comm(ABC):
             self._sender = PacedSender(self._send_frame, self.pacer.clock, f"rank{self.rank}-paced-send")
         self._sender.check()
         return self._sender
+
+    def _past_the_bound(self, frames: int, nbytes: int) -> bool:
+        """Whether ``frames`` sends of ``nbytes`` in all in flight are past the bound: the oldest
+        is then waited on (never the last one alone, whatever its size)."""
+        return frames > 1 and (nbytes > self.max_in_flight_bytes or frames > self.max_in_flight_frames)
+
+    def in_flight_timeout(self, e: CommTimeout, frames: int, nbytes: int) -> CommTimeout:
+        """The timeout of a wait at the bound, saying why a correct-looking program can stop
+        there: the one wait the bound adds (``MAX_IN_FLIGHT_FRAMES``)."""
+        return CommTimeout(
+            f"{e}; it was waited on because {frames} frames ({nbytes} bytes) were in flight, "
+            f"above max_in_flight_frames={self.max_in_flight_frames} or max_in_flight_bytes="
+            f"{self.max_in_flight_bytes}, and a send completes only once its receive is posted "
+            "(on every backend): a peer that sends to this rank past the bound before receiving "
+            "waits for it in turn (receive between the sends, or raise the bound)")
 
     def _sync_sends(self) -> None:
         """A synchronisation point: every paced send queued before it has been posted."""

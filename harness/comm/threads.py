@@ -3,9 +3,12 @@
 Fast enough for property checks, and it follows the same contract as the
 process backends: payloads are copied (a sender may reuse its buffer), tags
 must match, every wait has a timeout, and when one rank fails every other
-rank's next wait raises instead of hanging.  A mailbox holds frames in the
-process backends' format (header bytes, body with end marker; the frame
-protocol in ``base``), checked the same way on receipt.
+rank's next wait raises instead of hanging.  A send completes once its receive
+is posted, as on gloo, and a rank waits for its sends where gloo's must: past
+the in-flight bound (``base.MAX_IN_FLIGHT_FRAMES``) and at every collective; so
+a program that would stop on gloo stops here too, where the checks run.  A
+mailbox holds frames in the process backends' format (header bytes, body with
+end marker; the frame protocol in ``base``), checked the same way on receipt.
 """
 
 from __future__ import annotations
@@ -20,6 +23,7 @@ from torch.utils._python_dispatch import _disable_current_modes
 from .base import (
     FRAME_END,
     FRAME_END_NBYTES,
+    FRAME_HEADER_NBYTES,
     Comm,
     CommError,
     CommTimeout,
@@ -60,6 +64,10 @@ class ThreadsWorld:
         self.slots: dict[int, dict] = {}
         self.failed: str | None = None
         self.seq = 0  # global arrival order of point-to-point messages (for recv_any)
+        # per (sender, receiver): frames sent, and receives posted for them (a frame whose
+        # receive is posted has completed its send, as on gloo: ThreadsComm._wait_sends)
+        self.sent: dict[tuple[int, int], int] = {}
+        self.claimed: dict[tuple[int, int], int] = {}
         self.board = ProgressBoard.in_memory(world_size)
         self.done = 0  # rank threads that returned or raised
 
@@ -97,6 +105,11 @@ class ThreadsComm(Comm):
         self.world = world
         self.device = world.device
         self._op = 0  # collective sequence number of this rank
+        # this rank's sends not yet waited on, oldest first: (receiver, its index in the pair,
+        # bytes); waited on past the bound and at every collective, as gloo's are
+        self._sends: deque[tuple[int, int, int]] = deque()
+        self._sends_bytes = 0
+        self._ahead: dict[int, deque[_PostedFrame]] = {}  # receives posted ahead, per peer
 
     def _send_frame(self, data, dst, taghash):
         w = self.world
@@ -111,7 +124,42 @@ class ThreadsComm(Comm):
             frame = (w.seq, pack_frame_header(data.numel(), taghash), _in_flight(body))
             del body
             w.mail.setdefault((self.rank, dst), deque()).append(frame)
+            pair, nbytes = (self.rank, dst), FRAME_HEADER_NBYTES + frame[2].numel()
+            index = w.sent.get(pair, 0)
+            w.sent[pair] = index + 1
+            self._sends.append((dst, index, nbytes))
+            self._sends_bytes += nbytes
             w.cond.notify_all()
+            while self._past_the_bound(len(self._sends), self._sends_bytes):
+                frames, held = len(self._sends), self._sends_bytes
+                try:
+                    self._wait_oldest_send()
+                except CommTimeout as e:
+                    raise self.in_flight_timeout(e, frames, held) from e
+
+    def _wait_oldest_send(self) -> None:
+        """Wait (under the world's lock) until the receive of this rank's oldest send not yet
+        waited on is posted: what a gloo send's wait waits for."""
+        w = self.world
+        dst, index, nbytes = self._sends[0]
+        pair = (self.rank, dst)
+        w.wait_for(lambda: w.claimed.get(pair, 0) > index, f"send to rank {dst}", self.rank)
+        self._sends.popleft()
+        self._sends_bytes -= nbytes
+
+    def _wait_sends(self) -> None:
+        """A synchronisation point: every send has its receive posted, as gloo waits for every
+        posted send before a collective (a program that sends, then enters a collective the
+        receiver enters before receiving, stops here on every backend)."""
+        with self.world.cond:
+            while self._sends:
+                self._wait_oldest_send()
+
+    def _claim(self, src: int) -> None:
+        """Post a receive from ``src`` (under the world's lock): the next frame's send completes."""
+        pair = (src, self.rank)
+        self.world.claimed[pair] = self.world.claimed.get(pair, 0) + 1
+        self.world.cond.notify_all()
 
     def _open(self, src, taghash, header: bytes, body: torch.Tensor) -> torch.Tensor:
         """Check a queued frame as the process backends check theirs; return the payload."""
@@ -125,6 +173,12 @@ class ThreadsComm(Comm):
         return body[:n]
 
     def _recv_frame(self, src, taghash):
+        with self.world.cond:
+            self._claim(src)
+        return self._take_frame(src, taghash)
+
+    def _take_frame(self, src, taghash):
+        """The next frame from ``src``, whose receive is posted, once it is in the mailbox."""
         w = self.world
         with w.cond:
             box = w.mail.setdefault((src, self.rank), deque())
@@ -142,10 +196,20 @@ class ThreadsComm(Comm):
                 return min(ready)[1] + 1 if ready else 0  # +1: rank 0 must be truthy
 
             src = w.wait_for(first, f"recv from any of ranks {srcs}", self.rank) - 1
+            self._claim(src)  # the receive from any source matches the first frame to arrive
             _, header, body = boxes[src].popleft()
         return src, self._open(src, taghash, header, body)
 
+    def _post_recv_frame(self, src, taghash):
+        posted = _PostedFrame(self, src, taghash)
+        queue = self._ahead.setdefault(src, deque())
+        queue.append(posted)
+        if len(queue) == 1:  # as on gloo: one receive per peer posted to the transport at a time
+            posted.start()
+        return posted
+
     def _collective(self, contribution, what: str) -> list:
+        self._wait_sends()
         w = self.world
         seq = self._op
         self._op += 1
@@ -178,6 +242,28 @@ class ThreadsComm(Comm):
     def _gather_bytes_raw(self, data):
         parts = self._collective(data, "gather_bytes")
         return parts if self.rank == 0 else None
+
+
+class _PostedFrame:
+    """A receive posted ahead (``Comm.irecv``), posted as gloo posts it: when every receive
+    posted before it from that peer has been taken (so it completes the sender's send then, no
+    sooner), and taken from the mailbox when waited on."""
+
+    def __init__(self, comm: ThreadsComm, src: int, taghash: int):
+        self._comm, self._src, self._taghash = comm, src, taghash
+
+    def start(self) -> None:
+        with self._comm.world.cond:
+            self._comm._claim(self._src)
+
+    def result(self) -> torch.Tensor:
+        queue = self._comm._ahead[self._src]
+        try:
+            return self._comm._take_frame(self._src, self._taghash)
+        finally:
+            queue.popleft()
+            if queue:
+                queue[0].start()
 
 
 def run_threads(world_size: int, fn, *, timeout_s: float = 120.0, latency_ms: float = 0.0,

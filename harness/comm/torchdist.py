@@ -64,12 +64,14 @@ at a bound or a synchronisation point, not when its bytes left; a frame
 waited on at a bound is kept as a spare for the next of its size,
 ``SPARE_FRAMES``: a new one costs an allocation, and a large one page faults.)  A send
 that fails (a dead peer) raises at the first of those waits, naming the peer.
-The bound is the Comm's one limit on a correct program: gloo completes a send only once its
-receive is posted, so two ranks that each send more frames than the bound to the other before
-receiving any wait for each other at it, where the threads backend (no bound) runs the same
-program; that wait's timeout says so.  The bound stays because the alternative, holding every
-frame up to a synchronisation point, costs memory and, for large frames, cache (each frame is
-written by the payload's copy; the more frames cycle, the colder the one written).
+The bound is the Comm's one limit on a program (``base.MAX_IN_FLIGHT_FRAMES``): gloo completes
+a send only once its receive is posted, so two ranks that each send more frames than the bound
+to the other before receiving any wait for each other at it; that wait's timeout says so, and
+the threads backend keeps the same bound, so such a program stops there too.  The bound stays
+because the alternative, holding every frame up to a synchronisation point, costs memory and,
+for large frames, cache (each frame is written by the payload's copy; the more frames cycle, the
+colder the one written), and gloo cannot let a frame go without a wait that blocks (a wait with
+a short timeout closes the pair).
 Every wait is bounded by the Comm's timeout; a peer that died surfaces as a
 CommError within it (usually at once: gloo sees the closed connection), a
 wait that runs out as ``CommTimeout`` naming the stalled rank when the run
@@ -140,14 +142,6 @@ SIZED_MIN_PAYLOAD = FIRST_BUFFER_NBYTES
 #: time), for a large one new pages too (a page fault each, about 2 us on a VM).  Let go at every
 #: synchronisation point.
 SPARE_FRAMES = 2
-#: Bytes of posted sends a rank lets the transport hold before it waits for the oldest.
-MAX_IN_FLIGHT_BYTES = 64 << 20
-#: Frames likewise.  Gloo's send work says it completed only once waited on, so without this a
-#: rank would hold every frame it sent (and its work handle) up to the byte bound: thousands of
-#: small ones, and new pages for every large one.  Eight covers a step's micro-batches to one
-#: peer, so a stage still computes while they are on the wire; the oldest has left by the time
-#: a ninth is sent unless the link is the bottleneck, which then sets the pace anyway.
-MAX_IN_FLIGHT_FRAMES = 8
 #: Bytes per rank in one round of the results gather (what a declared size can cost rank 0
 #: before those bytes arrive is one round: world x this).
 GATHER_ROUND_BYTES = 4 << 20
@@ -341,8 +335,7 @@ def init_process_group_from_env(backend: str, timeout_s: float,
 class TorchDistComm(Comm):
     """Comm over an initialised torch.distributed default group."""
 
-    def __init__(self, backend: str = "gloo", *, max_in_flight_bytes: int = MAX_IN_FLIGHT_BYTES,
-                 max_in_flight_frames: int = MAX_IN_FLIGHT_FRAMES, **kw):
+    def __init__(self, backend: str = "gloo", **kw):
         if backend not in ("gloo", "nccl"):
             raise ValueError(f"unknown torch.distributed backend {backend!r}")
         if backend == "nccl" and not torch.cuda.is_available():
@@ -364,8 +357,6 @@ class TorchDistComm(Comm):
         self._sends: deque[_Posted] = deque()  # posted sends not yet waited on, oldest first
         self._sends_bytes = 0
         self._spare_frames: list[tuple[torch.Tensor, memoryview]] = []  # oldest first, at most SPARE_FRAMES
-        self.max_in_flight_bytes = max_in_flight_bytes
-        self.max_in_flight_frames = max_in_flight_frames
         # the sizes of large frames sent and received, per peer and tag: when one repeats, the
         # next frame of that size is one message, received into a buffer posted at its size
         self._sizes_out, self._sizes_in = _SizeHistory(), _SizeHistory()
@@ -433,18 +424,12 @@ class TorchDistComm(Comm):
         self._sends.append(_Posted(works, host_frame, view, frame, dst, nbytes))
         self._sends_bytes += nbytes
         _POSTING.add(self)
-        while len(self._sends) > 1 and (self._sends_bytes > self.max_in_flight_bytes
-                                        or len(self._sends) > self.max_in_flight_frames):
+        while self._past_the_bound(len(self._sends), self._sends_bytes):
             frames, held = len(self._sends), self._sends_bytes
             try:
                 self._finish_oldest_send()
-            except CommTimeout as e:  # the wait a correct program can deadlock in (module docstring)
-                raise CommTimeout(
-                    f"{e}; it was waited on because {frames} frames ({held} bytes) were in flight, "
-                    f"above max_in_flight_frames={self.max_in_flight_frames} or max_in_flight_bytes="
-                    f"{self.max_in_flight_bytes}, and a {self.backend} send completes only once its receive is "
-                    "posted: a peer that sends to this rank past the bound before receiving waits "
-                    "for it in turn (receive between the sends, or raise the bound)") from e
+            except CommTimeout as e:  # the wait a program can stop in (base.MAX_IN_FLIGHT_FRAMES)
+                raise self.in_flight_timeout(e, frames, held) from e
 
     def _new_frame(self, nbytes: int) -> tuple[torch.Tensor, memoryview]:
         """A host buffer for a frame and a memoryview of it: a spare of that size if one is kept
