@@ -14,6 +14,10 @@ import torch
 from harness.launcher import RankFailed
 from harness.rank_processes import spawn_ranks
 
+#: What every rank imports: imported once, by the server the ranks are forked from
+#: (``harness.rank_processes``), not by each rank.
+PRELOAD = ("torch", "harness.comm.torchdist", "checks._gloo")
+
 
 def _entry(rank: int, port: int, fn, world: int, timeout_s: float, q) -> None:
     from harness.comm.torchdist import TorchDistComm, init_process_group_from_env
@@ -31,12 +35,15 @@ def _entry(rank: int, port: int, fn, world: int, timeout_s: float, q) -> None:
         raise SystemExit(1) from None
 
 
-def run_gloo(world: int, fn, *, timeout_s: float = 60.0) -> list:
+def run_gloo(world: int, fn, *, timeout_s: float = 60.0, fresh: bool = False) -> list:
     """``fn(comm)`` on every rank of a gloo group of ``world`` processes, its results in rank
     order; RankFailed for a rank that died (once the others, left waiting for it, have said so
-    within their Comm's timeout) or raised (the lowest such rank)."""
+    within their Comm's timeout) or raised (the lowest such rank).  ``fresh``: each rank a new
+    interpreter, not forked (for a peak RSS that must not count the pages a forked rank faults
+    in from its server's imports as it runs)."""
     try:
-        reports, died = spawn_ranks(world, _entry, fn, world, timeout_s, timeout_s=timeout_s + 60, grace_s=None)
+        reports, died = spawn_ranks(world, _entry, fn, world, timeout_s, timeout_s=timeout_s + 60, grace_s=None,
+                                    preload=() if fresh else PRELOAD)
     except TimeoutError:
         raise RankFailed(-1, "gloo ranks did not finish in time") from None
     if died:

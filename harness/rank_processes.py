@@ -7,6 +7,12 @@ Each of ``world`` spawned processes runs ``target(rank, port, *args, q)`` and pu
 dies with the process that spawned it (``PR_SET_PDEATHSIG`` on Linux), even one killed by
 SIGKILL, and SIGTERM is an exit that ends the ranks, unless the program handles it itself.
 Nothing outlives :func:`spawn_ranks`: a rank still running when it returns or raises is killed.
+
+A rank is a fresh interpreter (``spawn``) unless the caller names modules to ``preload``: it is
+then forked from a server process that imported them once (``forkserver``), which spares each
+rank its imports (``import torch`` takes seconds of CPU).  The checks use it; the benchmarks
+keep fresh interpreters.  A forked rank's parent is the server, which exits when the process
+that asked for the ranks does, so a rank dies with that process either way.
 """
 
 from __future__ import annotations
@@ -29,7 +35,7 @@ def _rank(target, *args) -> None:
     """A rank's process: dies with its parent, then runs ``target``."""
     if sys.platform.startswith("linux"):
         ctypes.CDLL(None).prctl(_PR_SET_PDEATHSIG, signal.SIGKILL)
-        if os.getppid() != mp.parent_process().pid:  # it died before the line above
+        if not mp.parent_process().is_alive():  # it died before the line above
             os._exit(1)
     target(*args)
 
@@ -38,8 +44,8 @@ def _exit_on_sigterm(signum, frame) -> None:
     raise SystemExit(128 + signum)
 
 
-def spawn_ranks(world: int, target, *args, timeout_s: float,
-                grace_s: float | None = 0.0) -> tuple[list[tuple], dict[int, int]]:
+def spawn_ranks(world: int, target, *args, timeout_s: float, grace_s: float | None = 0.0,
+                preload: tuple[str, ...] = ()) -> tuple[list[tuple], dict[int, int]]:
     """Run ``world`` ranks of ``target``; returns (the tuples they put, sorted by rank, and the
     exit code of each rank that ended without putting one, in the order they were seen).
 
@@ -51,17 +57,20 @@ def spawn_ranks(world: int, target, *args, timeout_s: float,
     if threading.current_thread() is threading.main_thread() and signal.getsignal(signal.SIGTERM) is signal.SIG_DFL:
         previous = signal.signal(signal.SIGTERM, _exit_on_sigterm)
     try:
-        return _spawn(world, target, args, timeout_s, grace_s)
+        return _spawn(world, target, args, timeout_s, grace_s, preload)
     finally:
         if previous is not None:
             signal.signal(signal.SIGTERM, previous)
 
 
-def _spawn(world: int, target, args: tuple, timeout_s: float, grace_s: float | None):
+def _spawn(world: int, target, args: tuple, timeout_s: float, grace_s: float | None,
+           preload: tuple[str, ...]):
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
-    ctx = mp.get_context("spawn")
+    ctx = mp.get_context("forkserver" if preload else "spawn")
+    if preload:  # taken when the server starts: the first call's list holds for the process
+        ctx.set_forkserver_preload(list(preload))
     q = ctx.Queue()
     procs = [ctx.Process(target=_rank, args=(target, r, port, *args, q)) for r in range(world)]
     for pr in procs:

@@ -20,6 +20,7 @@ import time
 import zlib
 from abc import ABC, abstractmethod
 from collections import deque
+from collections.abc import Callable
 
 import torch
 
@@ -235,6 +236,10 @@ class Comm(ABC):
         # user-space shaping of this rank's link (net="pacer"; see pacer.py)
         self.pacer = LinkPacer(bandwidth_bps) if bandwidth_bps else None
         self._sender: PacedSender | None = None  # started by the first paced send
+        # posted sends whose receives are not known to be posted, oldest first (each backend's
+        # own record of one), and their bytes: held to the bound by _wait_to_the_bound
+        self._sends: deque = deque()
+        self._sends_bytes = 0
         self._posted: dict[int, deque[PostedRecv]] = {}  # per peer, oldest first
         # ``with self._waiting:`` around a blocking operation: the rank is marked waiting on the
         # board, and a timeout inside names the stalled peer (an attribute: entered per message)
@@ -373,6 +378,17 @@ class Comm(ABC):
         """Whether ``frames`` sends of ``nbytes`` in all in flight are past the bound: the oldest
         is then waited on (never the last one alone, whatever its size)."""
         return frames > 1 and (nbytes > self.max_in_flight_bytes or frames > self.max_in_flight_frames)
+
+    def _wait_to_the_bound(self, wait_oldest: Callable[[], None]) -> None:
+        """After a send: while the sends in flight are past the bound, ``wait_oldest()`` (the
+        backend's wait for its oldest send, which leaves ``_sends`` and ``_sends_bytes``); its
+        timeout says why it was waited on."""
+        while self._past_the_bound(len(self._sends), self._sends_bytes):
+            frames, held = len(self._sends), self._sends_bytes
+            try:
+                wait_oldest()
+            except CommTimeout as e:  # the wait a program can stop in (MAX_IN_FLIGHT_FRAMES)
+                raise self.in_flight_timeout(e, frames, held) from e
 
     def in_flight_timeout(self, e: CommTimeout, frames: int, nbytes: int) -> CommTimeout:
         """The timeout of a wait at the bound, saying why a correct-looking program can stop

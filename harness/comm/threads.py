@@ -105,10 +105,8 @@ class ThreadsComm(Comm):
         self.world = world
         self.device = world.device
         self._op = 0  # collective sequence number of this rank
-        # this rank's sends not yet waited on, oldest first: (receiver, its index in the pair,
-        # bytes); waited on past the bound and at every collective, as gloo's are
-        self._sends: deque[tuple[int, int, int]] = deque()
-        self._sends_bytes = 0
+        # self._sends holds (receiver, its index in the pair, bytes) per send not yet waited on:
+        # waited on past the bound and at every collective, as gloo's are
         self._ahead: dict[int, deque[_PostedFrame]] = {}  # receives posted ahead, per peer
 
     def _send_frame(self, data, dst, taghash):
@@ -130,12 +128,7 @@ class ThreadsComm(Comm):
             self._sends.append((dst, index, nbytes))
             self._sends_bytes += nbytes
             w.cond.notify_all()
-            while self._past_the_bound(len(self._sends), self._sends_bytes):
-                frames, held = len(self._sends), self._sends_bytes
-                try:
-                    self._wait_oldest_send()
-                except CommTimeout as e:
-                    raise self.in_flight_timeout(e, frames, held) from e
+            self._wait_to_the_bound(self._wait_oldest_send)
 
     def _wait_oldest_send(self) -> None:
         """Wait (under the world's lock) until the receive of this rank's oldest send not yet
@@ -173,14 +166,15 @@ class ThreadsComm(Comm):
         return body[:n]
 
     def _recv_frame(self, src, taghash):
-        with self.world.cond:
-            self._claim(src)
-        return self._take_frame(src, taghash)
+        return self._take_frame(src, taghash, claim=True)
 
-    def _take_frame(self, src, taghash):
-        """The next frame from ``src``, whose receive is posted, once it is in the mailbox."""
+    def _take_frame(self, src, taghash, claim: bool = False):
+        """The next frame from ``src`` once it is in the mailbox; its receive is posted first
+        when ``claim`` (else it was posted ahead)."""
         w = self.world
         with w.cond:
+            if claim:
+                self._claim(src)
             box = w.mail.setdefault((src, self.rank), deque())
             w.wait_for(lambda: len(box) > 0, f"recv from rank {src}", self.rank)
             _, header, body = box.popleft()

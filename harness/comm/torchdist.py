@@ -354,8 +354,7 @@ class TorchDistComm(Comm):
         self._peer_buffers: dict[int, _RecvBuffer] = {}
         self._ahead: dict[int, deque[_PostedFrame]] = {}  # posted receives per peer, oldest first
         self._heartbeat = Heartbeat(self.board, self.rank) if self.board is not None else None
-        self._sends: deque[_Posted] = deque()  # posted sends not yet waited on, oldest first
-        self._sends_bytes = 0
+        # self._sends holds a _Posted per send not yet waited on
         self._spare_frames: list[tuple[torch.Tensor, memoryview]] = []  # oldest first, at most SPARE_FRAMES
         # the sizes of large frames sent and received, per peer and tag: when one repeats, the
         # next frame of that size is one message, received into a buffer posted at its size
@@ -424,12 +423,7 @@ class TorchDistComm(Comm):
         self._sends.append(_Posted(works, host_frame, view, frame, dst, nbytes))
         self._sends_bytes += nbytes
         _POSTING.add(self)
-        while self._past_the_bound(len(self._sends), self._sends_bytes):
-            frames, held = len(self._sends), self._sends_bytes
-            try:
-                self._finish_oldest_send()
-            except CommTimeout as e:  # the wait a program can stop in (base.MAX_IN_FLIGHT_FRAMES)
-                raise self.in_flight_timeout(e, frames, held) from e
+        self._wait_to_the_bound(self._finish_oldest_send)
 
     def _new_frame(self, nbytes: int) -> tuple[torch.Tensor, memoryview]:
         """A host buffer for a frame and a memoryview of it: a spare of that size if one is kept
