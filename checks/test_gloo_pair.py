@@ -67,19 +67,28 @@ def _gone(pid: int) -> bool:
         return f.read().rsplit(")", 1)[1].split()[0] == "Z"
 
 
+#: How a process starts its ranks: a benchmark's fresh interpreters, and the checks' ranks forked
+#: from a server that imported torch (whose parent is that server, not the process that asked)
+STARTS = {"spawned": "from benchmarks.gloo_pair import run_pair as start; kw = {}",
+          "forked": "from harness.rank_processes import spawn_ranks; kw = dict(preload=('torch',)); "
+                    "start = lambda *a, **k: spawn_ranks(2, *a, **k)"}
+
+
+@pytest.mark.parametrize("start", list(STARTS))
 @pytest.mark.parametrize("sig", ["SIGTERM", "SIGKILL"])
-def test_the_ranks_end_with_the_benchmarks_process(tmp_path, sig):
+def test_the_ranks_end_with_the_benchmarks_process(tmp_path, sig, start):
     """A benchmark stopped by SIGTERM ends its ranks on the way out; one killed outright takes
-    them with it (the kernel's parent-death signal), so no rank is left running."""
+    them with it (the kernel's parent-death signal; forked ranks through their server, which
+    exits with it), so no rank is left running."""
     import os
     import signal
     import subprocess
     import sys
     import time
 
-    parent = subprocess.Popen([sys.executable, "-c", "from benchmarks.gloo_pair import run_pair; "
+    parent = subprocess.Popen([sys.executable, "-c", f"{STARTS[start]}; "
                                "from checks.test_gloo_pair import _blocks; "
-                               f"run_pair(_blocks, {str(tmp_path)!r}, timeout_s=300)"],
+                               f"start(_blocks, {str(tmp_path)!r}, timeout_s=300, **kw)"],
                               cwd=os.getcwd(), stderr=subprocess.PIPE)
     deadline = time.monotonic() + 120
     while not all((tmp_path / f"rank{r}").exists() for r in range(2)):

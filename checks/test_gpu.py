@@ -3,10 +3,12 @@
 ``bash scripts/gpu-check.sh`` runs them on a GPU (its ``checks`` part).  They cover
 what the CPU suite cannot: ZO2's upload / compute / offload on real CUDA streams,
 ZO2 = MeZO bit for bit on the GPU, the CUDA memory meter, two pipeline stages
-sharing one GPU through the threads backend, and the nccl backend with one rank
-(nccl with several ranks needs several GPUs).
+sharing one GPU through the threads backend (both schedules, and the in-flight bound
+with payloads on the GPU), and the nccl backend with one rank (nccl with several
+ranks needs several GPUs).
 """
 
+import functools
 import math
 
 import pytest
@@ -16,6 +18,7 @@ from algorithms.zo.offload import ScheduleLog, verify_schedule
 from algorithms.zo.perturb import step_seeds
 from algorithms.zo.zo2 import ZO2Engine, ZO2Params
 from benchmarks.gpu_check import run_on
+from harness.comm import CommError, run_threads
 from harness.data import get_dataset
 from harness.launcher import run
 from harness.models import build_model
@@ -80,6 +83,38 @@ def test_two_stages_share_one_gpu_on_threads():
         rec = run_on(make_config(algo, world_size=2, **TINY), CUDA)
         assert math.isfinite(rec.metrics["final_loss"].value), algo
         assert rec.metrics["payload_bytes_per_step"].value > 0, algo
+
+
+def test_both_schedules_on_one_gpu_reach_the_same_parameters_with_the_cpu_s_messages():
+    # 1F1B interleaves the two stages' sends and receives differently from GPipe, with both
+    # stages' kernels on the one GPU; the arithmetic and every message are the same
+    for algo in ("pipeline-sgd", "clapping-fc"):
+        recs = {s: run_on(make_config(algo, world_size=2, params={"schedule": s}, **TINY), CUDA)
+                for s in ("gpipe", "1f1b")}
+        cpu = run(make_config(algo, world_size=2, **TINY))
+        assert _sha(recs["gpipe"]) == _sha(recs["1f1b"]), algo
+        for m in ("payload_bytes_per_step", "messages_per_step"):
+            assert recs["gpipe"].metrics[m].value == recs["1f1b"].metrics[m].value == cpu.metrics[m].value, (algo, m)
+
+
+def _gpu_exchange(frames: int, comm):
+    """Both ranks send ``frames`` GPU payloads of 100 bytes to the other, then receive them,
+    the in-flight bound at 2 frames (checks/test_comm.py's exchange, with payloads on the GPU)."""
+    comm.max_in_flight_frames = 2
+    other = 1 - comm.rank
+    try:
+        for i in range(frames):
+            comm.send(torch.full((100,), 10 * comm.rank + i, dtype=torch.uint8, device=CUDA), other, "x")
+        got = [comm.recv(other, "x").cpu().tolist() for _ in range(frames)]
+    except CommError as e:
+        return str(e)
+    return got == [[10 * other + i] * 100 for i in range(frames)]
+
+
+def test_the_in_flight_bound_holds_for_gpu_payloads_on_threads():
+    assert run_threads(2, functools.partial(_gpu_exchange, 2), timeout_s=20, device=CUDA) == [True, True]
+    told = run_threads(2, functools.partial(_gpu_exchange, 3), timeout_s=1, device=CUDA)
+    assert all("timed out after 1 s" in m and "3 frames (348 bytes) were in flight" in m for m in told), told
 
 
 def test_nccl_with_one_rank_equals_threads_on_the_gpu():
