@@ -136,3 +136,21 @@ def test_after_a_death_the_other_ranks_have_their_grace_to_report(tmp_path, grac
     results, died = spawn_ranks(2, _one_dies_and_the_other_sees_it, str(fifo), timeout_s=120, grace_s=grace_s)
     assert results == [(0, "rank 0 saw its peer die")]
     assert died == {1: 3}
+
+
+def _imported(rank: int, port: int, module: str, q) -> None:
+    import sys
+
+    q.put((rank, module in sys.modules))
+
+
+@pytest.mark.parametrize("preload", [(), ("colorsys",)])
+def test_ranks_start_with_the_preloaded_modules_imported_and_no_others(preload):
+    """``preload``: the ranks are forked from a server that imported the modules (a rank then
+    finds them imported before its target runs); without it each rank is a fresh interpreter,
+    which has not (``colorsys``: a module neither the spawner nor a rank imports)."""
+    from harness.rank_processes import spawn_ranks
+
+    results, died = spawn_ranks(2, _imported, "colorsys", timeout_s=120, preload=preload)
+    assert not died
+    assert results == [(0, bool(preload)), (1, bool(preload))]

@@ -10,14 +10,17 @@ Nothing outlives :func:`spawn_ranks`: a rank still running when it returns or ra
 
 A rank is a fresh interpreter (``spawn``) unless the caller names modules to ``preload``: it is
 then forked from a server process that imported them once (``forkserver``), which spares each
-rank its imports (``import torch`` takes seconds of CPU).  The checks use it; the benchmarks
-keep fresh interpreters.  A forked rank's parent is the server, which exits when the process
-that asked for the ranks does, so a rank dies with that process either way.
+rank its imports (``import torch`` takes seconds of CPU).  A process has one server, which
+imports the modules of the first call that names any; a rank imports any others it is given
+itself.  The checks use it; the benchmarks keep fresh interpreters.  A forked rank's parent is the server, which lives on as long as any
+rank it forked does, so a forked rank watches the process that asked for it instead and kills
+itself when that one ends (a daemon thread waiting on multiprocessing's parent sentinel).
 """
 
 from __future__ import annotations
 
 import ctypes
+import importlib
 import os
 import queue
 import signal
@@ -31,13 +34,23 @@ import torch.multiprocessing as mp
 _PR_SET_PDEATHSIG = 1
 
 
-def _rank(target, *args) -> None:
-    """A rank's process: dies with its parent, then runs ``target``."""
+def _rank(target, preload: tuple[str, ...], *args) -> None:
+    """A rank's process: dies with its parent, has ``preload`` imported, then runs ``target``."""
     if sys.platform.startswith("linux"):
         ctypes.CDLL(None).prctl(_PR_SET_PDEATHSIG, signal.SIGKILL)
         if not mp.parent_process().is_alive():  # it died before the line above
             os._exit(1)
+    if preload:  # forked: its parent-death signal is the server's, not the asker's
+        threading.Thread(target=_die_with, args=(mp.parent_process(),), name="rank-dies-with-its-asker",
+                         daemon=True).start()
+    for name in preload:  # already there when the server imported it (a no-op then)
+        importlib.import_module(name)
     target(*args)
+
+
+def _die_with(parent) -> None:
+    parent.join()  # returns once the process that asked for this rank has ended, however
+    os.kill(os.getpid(), signal.SIGKILL)  # as the parent-death signal ends a spawned rank
 
 
 def _exit_on_sigterm(signum, frame) -> None:
@@ -69,10 +82,10 @@ def _spawn(world: int, target, args: tuple, timeout_s: float, grace_s: float | N
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
     ctx = mp.get_context("forkserver" if preload else "spawn")
-    if preload:  # taken when the server starts: the first call's list holds for the process
+    if preload:  # taken when the server starts: a later call's other modules its ranks import
         ctx.set_forkserver_preload(list(preload))
     q = ctx.Queue()
-    procs = [ctx.Process(target=_rank, args=(target, r, port, *args, q)) for r in range(world)]
+    procs = [ctx.Process(target=_rank, args=(target, preload, r, port, *args, q)) for r in range(world)]
     for pr in procs:
         pr.start()
     results: dict[int, tuple] = {}
