@@ -12,9 +12,10 @@ A rank is a fresh interpreter (``spawn``) unless the caller names modules to ``p
 then forked from a server process that imported them once (``forkserver``), which spares each
 rank its imports (``import torch`` takes seconds of CPU).  A process has one server, which
 imports the modules of the first call that names any; a rank imports any others it is given
-itself.  The checks use it; the benchmarks keep fresh interpreters.  A forked rank's parent is the server, which lives on as long as any
-rank it forked does, so a forked rank watches the process that asked for it instead and kills
-itself when that one ends (a daemon thread waiting on multiprocessing's parent sentinel).
+itself.  The checks use it; the benchmarks keep fresh interpreters.  A forked rank's parent is
+the server, which lives on as long as any rank it forked does, so a forked rank watches the
+process that asked for it instead and kills itself when that one ends (a daemon thread waiting
+on multiprocessing's parent sentinel).
 """
 
 from __future__ import annotations
