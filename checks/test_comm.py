@@ -434,16 +434,18 @@ def test_gloo_peer_death_with_sends_in_flight_is_named_within_the_timeout(tmp_pa
     assert float(took) < 20
 
 
-def _exchange(frames: int, comm, ahead: int = 0, barrier: bool = False, max_bytes: int | None = None):
+def _exchange(frames: int, comm, ahead: int = 0, barrier: bool = False, max_bytes: int | None = None,
+              device: torch.device | None = None):
     """Both ranks send ``frames`` frames of 116 bytes to the other, then receive as many: the
     in-flight bound lowered to 2 frames, or to ``max_bytes``.  ``ahead``: each first posts the
-    receives of that many frames; ``barrier``: a barrier between the sends and the receives."""
+    receives of that many frames; ``barrier``: a barrier between the sends and the receives;
+    ``device``: the payloads sent from there (checks/test_gpu.py)."""
     if max_bytes is not None:
         comm.max_in_flight_bytes = max_bytes
     else:
         comm.max_in_flight_frames = 2
     other = 1 - comm.rank
-    sent = [_payload(10 * comm.rank + i, 100) for i in range(frames)]
+    sent = [_payload(10 * comm.rank + i, 100).to(device or "cpu") for i in range(frames)]
     try:
         posted = [comm.irecv(other, "x") for _ in range(ahead)]
         for t in sent:

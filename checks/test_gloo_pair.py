@@ -78,8 +78,8 @@ STARTS = {"spawned": "from benchmarks.gloo_pair import run_pair as start; kw = {
 @pytest.mark.parametrize("sig", ["SIGTERM", "SIGKILL"])
 def test_the_ranks_end_with_the_benchmarks_process(tmp_path, sig, start):
     """A benchmark stopped by SIGTERM ends its ranks on the way out; one killed outright takes
-    them with it (the kernel's parent-death signal; forked ranks through their server, which
-    exits with it), so no rank is left running."""
+    them with it (a spawned rank by the kernel's parent-death signal; a forked one, whose parent is
+    the server, by its thread watching the process that asked for it), so no rank is left running."""
     import os
     import signal
     import subprocess

@@ -18,11 +18,13 @@ from algorithms.zo.offload import ScheduleLog, verify_schedule
 from algorithms.zo.perturb import step_seeds
 from algorithms.zo.zo2 import ZO2Engine, ZO2Params
 from benchmarks.gpu_check import run_on
-from harness.comm import CommError, run_threads
+from harness.comm import run_threads
 from harness.data import get_dataset
 from harness.launcher import run
 from harness.models import build_model
 from harness.registry import make_config
+
+from .test_comm import _exchange
 
 pytestmark = [pytest.mark.gpu,
               pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")]
@@ -97,23 +99,11 @@ def test_both_schedules_on_one_gpu_reach_the_same_parameters_with_the_cpu_s_mess
             assert recs["gpipe"].metrics[m].value == recs["1f1b"].metrics[m].value == cpu.metrics[m].value, (algo, m)
 
 
-def _gpu_exchange(frames: int, comm):
-    """Both ranks send ``frames`` GPU payloads of 100 bytes to the other, then receive them,
-    the in-flight bound at 2 frames (checks/test_comm.py's exchange, with payloads on the GPU)."""
-    comm.max_in_flight_frames = 2
-    other = 1 - comm.rank
-    try:
-        for i in range(frames):
-            comm.send(torch.full((100,), 10 * comm.rank + i, dtype=torch.uint8, device=CUDA), other, "x")
-        got = [comm.recv(other, "x").cpu().tolist() for _ in range(frames)]
-    except CommError as e:
-        return str(e)
-    return got == [[10 * other + i] * 100 for i in range(frames)]
-
-
 def test_the_in_flight_bound_holds_for_gpu_payloads_on_threads():
-    assert run_threads(2, functools.partial(_gpu_exchange, 2), timeout_s=20, device=CUDA) == [True, True]
-    told = run_threads(2, functools.partial(_gpu_exchange, 3), timeout_s=1, device=CUDA)
+    # checks/test_comm.py's exchange (both ranks send, then receive; the bound at 2 frames) with
+    # payloads on the GPU: 2 frames pass, 3 stop both ranks with the CPU's explanation
+    assert run_threads(2, functools.partial(_exchange, 2, device=CUDA), timeout_s=20, device=CUDA) == [True, True]
+    told = run_threads(2, functools.partial(_exchange, 3, device=CUDA), timeout_s=1, device=CUDA)
     assert all("timed out after 1 s" in m and "3 frames (348 bytes) were in flight" in m for m in told), told
 
 
