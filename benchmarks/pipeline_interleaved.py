@@ -12,7 +12,9 @@ bookkeeping), ``torch.distributed.pipelining``'s ``ScheduleGPipe`` and ``Schedul
 ``pipeline_ratio`` (bare ``dist.isend`` / ``recv``), the engine's 1F1B with its links
 carrying raw tensor bytes, no codec (what the lossless codec's work per message costs it), and
 the engine's 1F1B posting its receives ahead as its GPipe does (``engine.POSTS_AHEAD``: the
-choice the engine made against).  A step's time is the slower
+choice the engine made against), and the engine's 1F1B whose links encode each message into a
+payload of its own that the Comm copies into its frame (what they did before the codec wrote
+into the frame, ``Codec.writer``).  A step's time is the slower
 rank's, from the barrier to after the optimiser step; a ratio is taken per step
 between neighbours in time (the same round), and the table gives its median
 [quartiles] over the measured steps and the 95 % interval of that median
@@ -60,12 +62,13 @@ from benchmarks.turns import turn_order
 
 WARMUP = 3  # rounds left out (the peer's first step infers its boundary shapes)
 CONTESTANTS = ("engine[gpipe]", "engine[1f1b]", "ScheduleGPipe", "Schedule1F1B", "hand-written GPipe",
-               "engine[1f1b] raw bytes", "engine[1f1b] ahead")
+               "engine[1f1b] raw bytes", "engine[1f1b] ahead", "engine[1f1b] encoded")
 RATIOS = (("engine[gpipe]", "ScheduleGPipe"), ("engine[1f1b]", "Schedule1F1B"),
           ("engine[gpipe]", "hand-written GPipe"), ("engine[1f1b]", "engine[gpipe]"),
           ("Schedule1F1B", "ScheduleGPipe"), ("engine[1f1b] raw bytes", "Schedule1F1B"),
           ("engine[1f1b]", "engine[1f1b] raw bytes"), ("engine[1f1b] ahead", "Schedule1F1B"),
-          ("engine[1f1b] ahead", "engine[1f1b]"))
+          ("engine[1f1b] ahead", "engine[1f1b]"), ("engine[1f1b]", "engine[1f1b] encoded"),
+          ("engine[1f1b] encoded", "Schedule1F1B"))
 
 
 def _raw_bytes_links(stage, rank: int, rows: int, seq_len: int):
@@ -90,6 +93,23 @@ def _raw_bytes_links(stage, rank: int, rows: int, seq_len: int):
     (into,), (out,) = stage.input_specs(rows, seq_len), stage.output_specs(rows, seq_len)
     return StageLinks(fwd_in=RawBytes(into) if rank == 1 else None, bwd_out=RawBytes(into) if rank == 1 else None,
                       fwd_out=RawBytes(out) if rank == 0 else None, bwd_in=RawBytes(out) if rank == 0 else None)
+
+
+def _encoded_links(rank: int, world_size: int, codecs):
+    """The engine's links, each message encoded into a payload of its own and copied into the
+    Comm's frame: ``Channel.send`` before the codec wrote into the frame (``Codec.writer``)."""
+    from algorithms.codecs.channel import Channel
+    from algorithms.pipeline.engine import StageLinks
+
+    class Encoded(Channel):
+        def send(self, comm, x, dst, tag, key=None):
+            x = x.detach() if x.requires_grad else x
+            comm.send(self.codec.encode(x if x.is_cpu else x.cpu(), generator=self.generator).data, dst, tag=tag)
+
+    links = StageLinks.direct(rank, world_size, codecs)
+    for c in links.all():
+        c.__class__ = Encoded
+    return links
 
 
 def _contestants(cfg, rank: int, comm):
@@ -117,6 +137,11 @@ def _contestants(cfg, rank: int, comm):
         own = TorchDistComm("gloo", timeout_s=comm.timeout_s, metered=True) if name.startswith("engine") else comm
         if name == "engine[1f1b] raw bytes":
             links = _raw_bytes_links(stage, rank, cfg.batch_size // M, cfg.seq_len)
+
+            def step(ids, labels, stage=stage, links=links, own=own):
+                run_step(own, stage, ids, labels, M, links, schedule="1f1b")
+        elif name == "engine[1f1b] encoded":
+            links = _encoded_links(rank, 2, codecs)
 
             def step(ids, labels, stage=stage, links=links, own=own):
                 run_step(own, stage, ids, labels, M, links, schedule="1f1b")

@@ -8,9 +8,10 @@ interleaved benchmark times).  Each rank prints its pid and its gloo threads' id
 ``--post-ahead`` makes the engine's 1F1B post its receives ahead as GPipe does
 (``engine.POSTS_AHEAD``), the choice its docstring measured against.
 
-``--call-cpu`` times, in each rank's thread CPU, every call of the dense codec's ``encode`` and
-``decode`` and of the Comm's ``send`` and ``recv`` once warm, and after the loop the last
-``encode`` and ``decode`` again, 1000 times back to back on the same input: a call between a
+``--call-cpu`` times, in each rank's thread CPU, every call of the channel's ``send`` and ``recv``
+(a whole message), the dense codec's ``writer``, ``encode`` and ``decode`` and the Comm's
+``send_written``, ``send`` and ``recv`` once warm, and after the loop the last ``encode`` and
+``decode`` again, 1000 times back to back on the same input: a call between a
 stage's forward and backward passes runs with the caches the model's compute left, which a codec
 benchmark on its own never sees.  Each rank prints one line per call: its mean CPU in the
 steps, and back to back.
@@ -43,7 +44,7 @@ class _CallCpu:
     def __init__(self, methods):
         self.on, self.cpu, self.calls, self.last = False, {}, {}, {}
         for cls, meth in methods:
-            setattr(cls, meth, self._timed(getattr(cls, meth), meth))
+            setattr(cls, meth, self._timed(getattr(cls, meth), f"{cls.__name__}.{meth}"))
 
     def _timed(self, fn, meth):
         def call(*args, **kw):
@@ -61,7 +62,7 @@ class _CallCpu:
         for meth in sorted(self.cpu):
             in_steps = 1e6 * self.cpu[meth] / self.calls[meth]
             again = ""
-            if meth in ("encode", "decode"):
+            if meth in ("DenseCodec.encode", "DenseCodec.decode"):
                 fn, args, kw = self.last[meth]
                 t = time.thread_time()
                 for _ in range(AGAIN):
@@ -73,6 +74,7 @@ class _CallCpu:
 
 
 def _rank(rank: int, port: int, cfg, name: str, steps: int, post_ahead: bool, call_cpu: bool, q) -> None:
+    from algorithms.codecs.channel import Channel
     from algorithms.codecs.dense import DenseCodec
     from algorithms.pipeline import engine
     from algorithms.pipeline.local import batch
@@ -86,7 +88,8 @@ def _rank(rank: int, port: int, cfg, name: str, steps: int, post_ahead: bool, ca
     dist.init_process_group("gloo", rank=rank, world_size=2)
     comm = TorchDistComm("gloo", timeout_s=120.0)
     _, opt, step, _ = _contestants(cfg, rank, comm)[name]
-    timed = _CallCpu([(DenseCodec, "encode"), (DenseCodec, "decode"), (Comm, "send"), (Comm, "recv")]) \
+    timed = _CallCpu([(Channel, "send"), (Channel, "recv"), (DenseCodec, "writer"), (DenseCodec, "encode"),
+                      (DenseCodec, "decode"), (Comm, "send_written"), (Comm, "send"), (Comm, "recv")]) \
         if call_cpu else None
     for s in range(steps):
         if s == WARM:

@@ -709,3 +709,58 @@ def test_a_send_to_a_peer_that_left_is_a_comm_error_naming_it_at_posting_and_at_
     assert len(errors) == 2, errors
     for e in errors:
         assert e.startswith("CommError: rank 0: send to rank 1 failed"), e
+
+
+# --------------------------------------------------------------------------- payloads written in place
+#: inline, empty, one byte, past the first buffer (header then body), and a size repeated until
+#: it travels as one message into a buffer posted at that size (harness/comm/torchdist.py)
+_WRITTEN_SIZES = (0, 1, 5000, 70_000, 70_000, 70_000, 70_000, 200_000)
+
+
+def _writes(m: torch.Tensor, calls: list):
+    """A writer of ``m``'s bytes, written here through the view alone (not the codecs' writer),
+    recording the view's length and that it was called."""
+    def write(view: memoryview, address: int) -> None:
+        calls.append(len(view))
+        view[:] = m.numpy().tobytes()
+    return write
+
+
+def _written_program(seed: int, comm):
+    msgs = [_payload(seed + i, n) for i, n in enumerate(_WRITTEN_SIZES)]
+    if comm.rank == 0:
+        calls = []
+        for i, m in enumerate(msgs):  # every other one through send: the two mix in one stream
+            if i % 2:
+                comm.send(m, 1, tag=f"t{i % 3}")
+            else:
+                comm.send_written(m.numel(), _writes(m, calls), 1, tag=f"t{i % 3}")
+        with pytest.raises(CommError, match="exceeds the maximum frame size"):  # refused unwritten
+            comm.send_written(comm.max_frame_bytes + 1, _writes(msgs[0], calls), 1)
+        comm.send(msgs[1], 1, tag="after")  # nothing of the refused one was posted
+        ok = calls == [m.numel() for m in msgs[::2]]
+    else:
+        got = [comm.recv(0, tag=f"t{i % 3}") for i in range(len(msgs))] + [comm.recv(0, tag="after")]
+        ok = all(torch.equal(a, b) for a, b in zip([*msgs, msgs[1]], got, strict=True))
+    snap = comm.meter.snapshot()
+    return ok, snap.by_tag("sent" if comm.rank == 0 else "received"), snap.framing_bytes
+
+
+@pytest.mark.parametrize("backend", ["threads", "threads paced", pytest.param("gloo", marks=pytest.mark.gloo)])
+def test_a_payload_written_in_place_arrives_and_is_metered_as_its_send_on_every_backend(backend):
+    """``send_written`` carries the bytes its writer writes, into a view of exactly the payload's
+    length, metered as ``send`` of them; one above the maximum frame size is refused before it is
+    written or posted.  The meter's record per rank is that of the same payloads all sent with
+    ``send``, anchored by the payloads the receiver compares."""
+    prog = functools.partial(_written_program, 7)
+    if backend == "threads paced":  # the paced sender holds a payload of its own
+        got = run_threads(2, prog, timeout_s=60, bandwidth_bps=1e9)
+    else:
+        got = _on(backend, prog, timeout_s=60)
+    assert [ok for ok, _, _ in got] == [True, True]
+    sizes = [*_WRITTEN_SIZES, _WRITTEN_SIZES[1]]
+    tags = [f"t{i % 3}" for i in range(len(_WRITTEN_SIZES))] + ["after"]
+    expect = {t: (sum(n for n, u in zip(sizes, tags, strict=True) if u == t), tags.count(t)) for t in set(tags)}
+    for _, by_tag, framing in got:
+        assert by_tag == expect
+        assert framing == FRAME_HEADER_BYTES * len(sizes)

@@ -88,6 +88,54 @@ def test_a_repeated_encode_writes_the_payload_the_format_defines(case, checksum,
         set_body_checksum(old)
 
 
+def _written(codec, x: torch.Tensor) -> bytes | None:
+    """What ``codec.writer(x)`` writes, into a buffer with a byte of slack on either side that
+    must stay as it was; None where it has no writer for ``x``."""
+    written = codec.writer(x)
+    if written is None:
+        return None
+    nbytes, write = written
+    buf = torch.full((nbytes + 2,), 0xA5, dtype=torch.uint8)
+    write(memoryview(buf.numpy())[1:1 + nbytes], buf.data_ptr() + 1)
+    out = buf.numpy().tobytes()
+    assert out[0] == out[-1] == 0xA5, "the writer wrote outside its view"
+    return out[1:-1]
+
+
+@settings(max_examples=150, deadline=None)
+@given(_cases(), st.booleans(), st.booleans(), st.booleans())
+def test_the_writer_writes_the_payload_the_format_defines(case, checksum, grad, transposed):
+    """``DenseCodec.writer`` (a payload written into the Comm's frame) writes the bytes of the
+    format's definition, exactly its length, for a new value, one that needs its gradient dropped,
+    and the body checksum switched between messages.  It writes wherever ``encode`` copies by
+    address with a sealed header (contiguous, on the host, at most ``COPY_BY_ADDRESS_MAX``
+    bytes); elsewhere it says so (None), and ``encode`` is used."""
+    name, dtype, shape, seed = case
+    codec = make_codec(name)
+    old = body_checksum()
+    try:
+        for i in range(3):
+            on = checksum != (i == 1)
+            set_body_checksum(on)
+            x = _tensor(seed + i, dtype, shape)
+            laid_out = not (transposed and x.dim() >= 2 and min(x.shape[:2]) > 1)
+            if not laid_out:
+                x = x.transpose(0, 1).contiguous().transpose(0, 1)  # same shape, other strides
+            if grad and dtype.is_floating_point:
+                x = x.requires_grad_()
+            got = _written(codec, x)
+            assert (got is not None) == (on and laid_out)  # a cast keeps the input's strides
+            assert got in (None, _payload(x, name, on))
+    finally:
+        set_body_checksum(old)
+
+
+def test_the_writer_leaves_a_body_above_the_copy_by_address_bound_to_encode():
+    x = torch.zeros(dense.COPY_BY_ADDRESS_MAX // 4 + 1)
+    assert make_codec("identity").writer(x) is None
+    assert _written(make_codec("identity"), x[:-1]) == _payload(x[:-1], "identity", body_checksum())
+
+
 @st.composite
 def _defects(draw, nbytes: int):
     """A way to spoil a payload of ``nbytes`` bytes: one bit flipped anywhere, bytes cut off or

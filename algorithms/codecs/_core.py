@@ -233,9 +233,10 @@ TWO_CRCS = struct.Struct("<II")
 
 
 def seal_at(arr, h0: int, prefix_crc: int) -> None:
-    """:func:`seal` of the version-2 payload ``arr`` (a numpy view of its bytes) whose header is
-    ``h0`` bytes long and whose bytes before the CRCs have the CRC-32 ``prefix_crc`` (an encoder
-    that made the header knows both): the header CRC continues from it over the body CRC
+    """:func:`seal` of the version-2 payload ``arr`` (a numpy view or memoryview of its bytes)
+    whose header is ``h0`` bytes long and whose bytes before the CRCs have the CRC-32
+    ``prefix_crc`` (an encoder that made the header knows both): the header CRC continues from it
+    over the body CRC
     (``crc32(b, crc32(a)) == crc32(a + b)``), so the header is not read again."""
     body = body_crc32(arr[h0:])
     TWO_CRCS.pack_into(arr, h0 - CRC_BYTES - BODY_CRC_BYTES, body, zlib.crc32(_U32.pack(body), prefix_crc))
@@ -441,6 +442,13 @@ class Codec(abc.ABC):
     # -- wire ------------------------------------------------------------------
     @abc.abstractmethod
     def encode(self, x: torch.Tensor, generator: torch.Generator | None = None) -> Payload: ...
+
+    def writer(self, x: torch.Tensor, generator: torch.Generator | None = None):
+        """``encode(x)``'s payload as ``(nbytes, write)``, where ``write(view, address)`` writes
+        its bytes into a memoryview of exactly ``nbytes`` bytes whose first is at ``address``: a
+        Comm writes it into its frame (``Comm.send_written``) with no payload made and copied.
+        None where this codec has no such path for ``x``: then ``encode`` it."""
+        return None
 
     def decode(self, p: Payload, max_numel: int | None = None) -> torch.Tensor:
         """``max_numel``: the most elements the receiver expects (:func:`parse_header`)."""

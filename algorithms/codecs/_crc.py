@@ -64,10 +64,10 @@ def crc32_combine(crc1: int, crc2: int, len2: int) -> int:
     return _mulmod(_shift_bytes(len2), crc1) ^ crc2
 
 
-def crc32(buf: np.ndarray) -> int:
-    """``zlib.crc32`` of a contiguous uint8 array (read in place), in parallel pieces when
-    it is large and the pool has several workers."""
-    n = buf.size
+def crc32(buf: np.ndarray | memoryview) -> int:
+    """``zlib.crc32`` of a contiguous 1-D uint8 array or memoryview (read in place), in parallel
+    pieces when it is large and the pool has several workers."""
+    n = len(buf)
     workers = pool_workers() if n >= PARALLEL_MIN_BYTES else 1
     if workers < 2:
         return zlib_ng.crc32(buf)

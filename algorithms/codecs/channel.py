@@ -17,6 +17,17 @@ from ._core import Codec, Payload
 _HOST = (torch.device("cpu"), "cpu")
 
 
+def send_encoded(comm, codec: Codec, x: torch.Tensor, dst: int, tag: str,
+                 generator: torch.Generator | None = None) -> None:
+    """``comm.send`` of ``codec.encode(x)``: written into the Comm's frame where the codec has
+    a writer for ``x`` (``Codec.writer``), the same bytes either way."""
+    written = codec.writer(x, generator)
+    if written is None:
+        comm.send(codec.encode(x, generator=generator).data, dst, tag=tag)
+    else:
+        comm.send_written(*written, dst, tag=tag)
+
+
 class Channel:
     """Direct transmission: the receiver uses ``C(x)``; no state (also the uncompressed case).
 
@@ -44,7 +55,7 @@ class Channel:
     def send(self, comm, x: torch.Tensor, dst: int, tag: str, key: tuple[int, int] | None = None) -> None:
         x = x.detach() if x.requires_grad else x  # not a no-op call per message: each is a dispatch
         x = x if x.is_cpu else x.cpu()
-        comm.send(self.codec.encode(x, generator=self.generator).data, dst, tag=tag)
+        send_encoded(comm, self.codec, x, dst, tag, self.generator)
 
     def recv(self, comm, src: int, tag: str, key: tuple[int, int] | None = None, device=None) -> torch.Tensor:
         x = self.codec.decode(Payload(comm.recv(src, tag=tag)), max_numel=self.max_numel)

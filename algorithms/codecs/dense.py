@@ -138,14 +138,8 @@ class DenseCodec(Codec):
         return float(8 * self._send_dtype(x).itemsize * x.numel())
 
     def encode(self, x: torch.Tensor, generator: torch.Generator | None = None) -> Payload:
-        key = (x.dtype, x.shape, body_checksum()) if isinstance(x, torch.Tensor) else None
-        plan = self._plans.get(key)
-        if plan is None:  # first of its kind: checked, and its header made
-            plan = self._plan(check_input(x, ALL_DTYPES, self.name), key)
-        # check_input's detach only where needed (a no-op tensor call is still a dispatch);
+        plan, y = self._planned(x)
         # write_raw copies a tensor that is not contiguous, or not on the host, in order
-        x = x.detach() if x.requires_grad else x
-        y = x if plan.send == x.dtype else x.to(plan.send)
         out = new_payload(plan.header, y.numel() * y.element_size())
         h0 = len(plan.header)
         write_raw(out, h0, y)
@@ -154,6 +148,38 @@ class DenseCodec(Codec):
         return Payload(out)
 
     encode._seals = True  # seals its payload itself (Codec.__init_subclass__), from the plan's CRC
+
+    def writer(self, x: torch.Tensor, generator: torch.Generator | None = None):
+        """``Codec.writer``: the header from the plan, the values by address, then the seal, in
+        one pass over the frame; for what ``write_raw`` copies by address and a sealed header
+        (else None).  Between a stage's forward and backward passes the payload's allocation and
+        its copy into the frame cost as much as the rest of a message's encoding
+        (benchmarks/results/written-frames/)."""
+        plan, y = self._planned(x)
+        header = plan.header
+        body = y.numel() * y.element_size()
+        if not (header[2] == VERSION_BODY_CRC and LITTLE_ENDIAN and body <= COPY_BY_ADDRESS_MAX
+                and y.is_contiguous() and y.is_cpu):
+            return None
+        h0, fields_crc = len(header), plan.fields_crc
+
+        def write(view: memoryview, address: int) -> None:
+            view[:h0] = header
+            ctypes.memmove(address + h0, y.data_ptr(), body)  # y held until then (a cast's copy)
+            seal_at(view, h0, fields_crc)
+
+        return h0 + body, write
+
+    def _planned(self, x: torch.Tensor) -> tuple[_Plan, torch.Tensor]:
+        """The plan of ``x``'s kind, and the tensor whose bytes make the body (``x`` cast to the
+        transmit dtype)."""
+        key = (x.dtype, x.shape, body_checksum()) if isinstance(x, torch.Tensor) else None
+        plan = self._plans.get(key)
+        if plan is None:  # first of its kind: checked, and its header made
+            plan = self._plan(check_input(x, ALL_DTYPES, self.name), key)
+        # check_input's detach only where needed (a no-op tensor call is still a dispatch)
+        x = x.detach() if x.requires_grad else x
+        return plan, (x if plan.send == x.dtype else x.to(plan.send))
 
     def _plan(self, x: torch.Tensor, key: tuple) -> _Plan:
         send = self._send_dtype(x)

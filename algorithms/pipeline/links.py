@@ -22,7 +22,7 @@ import hashlib
 import torch
 
 from algorithms.codecs import Codec, DenseCodec, Payload, make_codec
-from algorithms.codecs.channel import Channel
+from algorithms.codecs.channel import Channel, send_encoded
 from algorithms.codecs.dense import CAST_NAMES
 
 
@@ -144,13 +144,13 @@ class EFChannel(Channel):
         state = self.memory.get(key, rows, mb, x).clone()
         raw = self.memory.raw_rows(key, rows, mb).to(x.device)
         if bool(raw.any()):
-            comm.send(self.wire.encode(x[raw].cpu()).data, dst, tag=tag)
+            send_encoded(comm, self.wire, x[raw].cpu(), dst, tag)
             state[raw] = x[raw]
         kept = ~raw
         if bool(kept.any()):
             target = x[kept]
             if self.exact:
-                comm.send(self.codec.encode(target.cpu()).data, dst, tag=tag)
+                send_encoded(comm, self.codec, target.cpu(), dst, tag)
                 state[kept] = target
             else:
                 payload = self.codec.encode((target - state[kept]).cpu(), generator=self.generator)

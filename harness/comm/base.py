@@ -136,6 +136,17 @@ def check_frame_end(end: bytes, *, rank: int, src: int, nbytes: int) -> None:
                         f"{nbytes} bytes announced, or corrupt (no end marker)")
 
 
+#: Writes a payload in place (:meth:`Comm.send_written`): ``write(view, address)``.
+Writer = Callable[[memoryview, int], None]
+
+
+def written_payload(nbytes: int, write: Writer) -> torch.Tensor:
+    """The payload ``write`` writes, in a tensor of its own (what ``send`` takes)."""
+    out = torch.empty(nbytes, dtype=torch.uint8)
+    write(memoryview(out.numpy()), out.data_ptr())
+    return out
+
+
 def as_bytes(t: torch.Tensor) -> torch.Tensor:
     """The raw bytes of a tensor (bit-preserving view), as a flat uint8 tensor."""
     return t.detach().contiguous().reshape(-1).view(torch.uint8)
@@ -250,6 +261,12 @@ class Comm(ABC):
     @abstractmethod
     def _send_frame(self, data: torch.Tensor, dst: int, taghash: int) -> None: ...
 
+    def _send_written_frame(self, nbytes: int, write: Writer, dst: int, taghash: int) -> None:
+        """``_send_frame`` of the payload that ``write`` writes (:meth:`send_written`).  Here it
+        is written into a payload of its own; a backend that builds each frame in a buffer of its
+        own has ``write`` fill the frame instead."""
+        self._send_frame(written_payload(nbytes, write), dst, taghash)
+
     @abstractmethod
     def _recv_frame(self, src: int, taghash: int) -> torch.Tensor: ...
 
@@ -319,10 +336,7 @@ class Comm(ABC):
         if data.dtype != torch.uint8 or data.dim() != 1:
             raise TypeError("Comm.send takes a serialized payload: a 1-D uint8 tensor")
         n = data.numel()
-        if n > self.max_frame_bytes:
-            raise CommError(f"rank {self.rank}: message of {n} bytes to rank {dst} exceeds "
-                            f"the maximum frame size {self.max_frame_bytes} (raise it with "
-                            f"--max-frame-bytes or --set max_frame_bytes=...)")
+        self._check_frame_size(n, dst)
         if self.latency_s:  # tested here, not in _delay: a call per message
             self._delay(1)
         release = None if self.pacer is None else self.pacer.outgoing_release(wire_bytes(n, FRAME_HEADER_BYTES))
@@ -333,6 +347,32 @@ class Comm(ABC):
             with self._waiting:  # as through tbf (no hop through the sender thread)
                 self._send_frame(data.contiguous(), dst, tag_hash(tag))
         self.meter.record(self._p2p_flow("sent", dst, tag), n, framing=FRAME_HEADER_BYTES)
+
+    def send_written(self, nbytes: int, write: Writer, dst: int, tag: str = "") -> None:
+        """``send`` of the ``nbytes``-byte payload that ``write(view, address)`` writes: ``view``
+        is a memoryview of exactly those bytes and ``address`` where the first of them is.  A
+        backend that builds each frame in a buffer of its own has it written there, so the payload
+        is not made first and copied into the frame (a codec's ``Codec.writer``: a message's cost
+        in a pipeline step is mostly per call, benchmarks/results/written-frames/).  ``write`` must
+        write every byte and keep no reference to the view.  Checks, pacing and metering are
+        ``send``'s."""
+        self._check_peer(dst, "send to rank")
+        self._check_frame_size(nbytes, dst)  # before anything is written
+        if self.pacer is not None:  # the paced sender holds a payload of its own until its release
+            self.send(written_payload(nbytes, write), dst, tag)
+            return
+        if self.latency_s:
+            self._delay(1)
+        with self._waiting:
+            self._send_written_frame(nbytes, write, dst, tag_hash(tag))
+        self.meter.record(self._p2p_flow("sent", dst, tag), nbytes, framing=FRAME_HEADER_BYTES)
+
+    def _check_frame_size(self, n: int, dst: int) -> None:
+        """A payload above the maximum frame size is refused here, before anything is posted."""
+        if n > self.max_frame_bytes:
+            raise CommError(f"rank {self.rank}: message of {n} bytes to rank {dst} exceeds "
+                            f"the maximum frame size {self.max_frame_bytes} (raise it with "
+                            f"--max-frame-bytes or --set max_frame_bytes=...)")
 
     def _p2p_flow(self, direction: str, peer: int, tag: str) -> Flow:
         """The meter's flow of the frames ``direction`` ("sent" or "received") ``peer`` under

@@ -390,22 +390,27 @@ class TorchDistComm(Comm):
         return t.to(self.device, non_blocking=False) if t.device != self.device else t
 
     def _send_frame(self, data, dst, taghash):
+        # the payload copied next to its header and end marker by address: torch's sliced copies
+        # cost ~5x a memcpy at 1 MiB, a tensor op is one more call through a rank's memory meter
+        # (a dispatch mode), and a numpy view of the payload costs more than the copy for a small
+        # frame
+        data = data if data.is_cpu else data.cpu()
+        n, at = data.numel(), data.data_ptr()
+        self._send_written_frame(n, lambda _, to: ctypes.memmove(to, at, n), dst, taghash)
+
+    def _send_written_frame(self, n, write, dst, taghash):
         # Posted, not waited on: the frame's messages own their buffers (the payload is
-        # copied next to its header or end marker, so the caller may reuse its tensor at
+        # written next to its header or end marker, so the caller may reuse its tensor at
         # once) and gloo keeps their order per peer.  They are waited on when the bytes in
         # flight pass the bound, and at every collective and barrier (_flush_sends).
         if self.backend != "gloo":  # on gloo it lets go of nothing (_reap_sends)
             self._reap_sends()
-        n = data.numel()
         nbytes = FRAME_HEADER_NBYTES + n + FRAME_END_NBYTES
         frame, view = self._new_frame(nbytes)
-        # filled through the frame's memoryview, and the payload by address: torch's sliced
-        # copies cost ~5x a memcpy at 1 MiB, a tensor op is one more call through a rank's memory
-        # meter (a dispatch mode), and a numpy view of the payload costs more than the copy for
-        # a small frame
-        data = data if data.is_cpu else data.cpu()
+        # filled through the frame's memoryview (a tensor op is one more call through a rank's
+        # memory meter, a dispatch mode)
         pack_frame_header_into(view, n, taghash)
-        ctypes.memmove(frame.data_ptr() + FRAME_HEADER_NBYTES, data.data_ptr(), n)
+        write(view[FRAME_HEADER_NBYTES:FRAME_HEADER_NBYTES + n], frame.data_ptr() + FRAME_HEADER_NBYTES)
         view[FRAME_HEADER_NBYTES + n:] = FRAME_END
         host_frame, frame = frame, (frame if self._host else frame.to(self.device))
         # one message (header, payload, end marker) when it fits the receiver's first buffer or
