@@ -53,6 +53,7 @@ import time
 import torch
 import torch.distributed as dist
 
+from algorithms.codecs.channel import Channel
 from benchmarks.gloo_pair import run_pair
 from benchmarks.idle_penalty import MAX_PENALTY, penalty, stage_work
 from benchmarks.pipeline_ratio import hand_gpipe_step
@@ -95,20 +96,22 @@ def _raw_bytes_links(stage, rank: int, rows: int, seq_len: int):
                       fwd_out=RawBytes(out) if rank == 0 else None, bwd_in=RawBytes(out) if rank == 0 else None)
 
 
-def _encoded_links(rank: int, world_size: int, codecs):
-    """The engine's links, each message encoded into a payload of its own and copied into the
+class EncodedChannel(Channel):
+    """A channel whose every message is encoded into a payload of its own and copied into the
     Comm's frame: ``Channel.send`` before the codec wrote into the frame (``Codec.writer``)."""
-    from algorithms.codecs.channel import Channel
-    from algorithms.pipeline.engine import StageLinks
 
-    class Encoded(Channel):
-        def send(self, comm, x, dst, tag, key=None):
-            x = x.detach() if x.requires_grad else x
-            comm.send(self.codec.encode(x if x.is_cpu else x.cpu(), generator=self.generator).data, dst, tag=tag)
+    def send(self, comm, x, dst, tag, key=None):
+        x = x.detach() if x.requires_grad else x
+        comm.send(self.codec.encode(x if x.is_cpu else x.cpu(), generator=self.generator).data, dst, tag=tag)
+
+
+def _encoded_links(rank: int, world_size: int, codecs):
+    """The engine's links, made of :class:`EncodedChannel`."""
+    from algorithms.pipeline.engine import StageLinks
 
     links = StageLinks.direct(rank, world_size, codecs)
     for c in links.all():
-        c.__class__ = Encoded
+        c.__class__ = EncodedChannel
     return links
 
 

@@ -8,10 +8,12 @@ interleaved benchmark times).  Each rank prints its pid and its gloo threads' id
 ``--post-ahead`` makes the engine's 1F1B post its receives ahead as GPipe does
 (``engine.POSTS_AHEAD``), the choice its docstring measured against.
 
-``--call-cpu`` times, in each rank's thread CPU, every call of the channel's ``send`` and ``recv``
-(a whole message), the dense codec's ``writer``, ``encode`` and ``decode`` and the Comm's
-``send_written``, ``send`` and ``recv`` once warm, and after the loop the last ``encode`` and
-``decode`` again, 1000 times back to back on the same input: a call between a
+``--call-cpu`` times, in each rank's thread CPU, every call of the channel's ``send`` and
+``recv`` (a whole message; ``EncodedChannel.send`` for the contestant that encodes and copies),
+the dense codec's ``writer``, ``encode`` and ``decode`` and the Comm's ``send_written``, ``send``
+and ``recv`` once warm (a call's time includes that of the timed calls inside it, and their
+timing), and after the loop the last ``encode`` and ``decode`` again, 1000 times back to back
+on the same input: a call between a
 stage's forward and backward passes runs with the caches the model's compute left, which a codec
 benchmark on its own never sees.  Each rank prints one line per call: its mean CPU in the
 steps, and back to back.
@@ -28,7 +30,7 @@ import torch
 import torch.distributed as dist
 
 from benchmarks.gloo_pair import run_pair
-from benchmarks.pipeline_interleaved import CONTESTANTS, _contestants
+from benchmarks.pipeline_interleaved import CONTESTANTS, EncodedChannel, _contestants
 from benchmarks.pipelining_ratio import engine_config
 
 WARM = 10  # steps before the ids are printed
@@ -88,7 +90,7 @@ def _rank(rank: int, port: int, cfg, name: str, steps: int, post_ahead: bool, ca
     dist.init_process_group("gloo", rank=rank, world_size=2)
     comm = TorchDistComm("gloo", timeout_s=120.0)
     _, opt, step, _ = _contestants(cfg, rank, comm)[name]
-    timed = _CallCpu([(Channel, "send"), (Channel, "recv"), (DenseCodec, "writer"), (DenseCodec, "encode"),
+    timed = _CallCpu([(Channel, "send"), (Channel, "recv"), (EncodedChannel, "send"), (DenseCodec, "writer"), (DenseCodec, "encode"),
                       (DenseCodec, "decode"), (Comm, "send_written"), (Comm, "send"), (Comm, "recv")]) \
         if call_cpu else None
     for s in range(steps):
