@@ -28,6 +28,7 @@ from hypothesis import strategies as st
 
 from algorithms.pipeline.compressed import AQParams, build_links
 from algorithms.pipeline.links import SampleMemory, StepRows
+from harness.comm.base import read_payload, written_payload
 from harness.seeding import keyed_generator
 
 TENSORS = 2  # boundary tensors per micro-batch (keys (mb, 0) and (mb, 1))
@@ -47,6 +48,12 @@ class Loopback:
 
     def recv(self, src, tag):
         return self.queue.popleft()
+
+    def send_written(self, nbytes, write, dst, tag):  # a channel's lossless messages (Codec.writer)
+        self.send(written_payload(nbytes, write), dst, tag)
+
+    def recv_read(self, src, read, tag):  # and their receiving end (Codec.reader)
+        return read_payload(self.recv(src, tag), read)
 
 
 class Reference:

@@ -16,6 +16,7 @@ from algorithms.pipeline.compressed import CompressedParams
 from algorithms.pipeline.lazy import LazyData
 from algorithms.pipeline.links import EFChannel, SlotMemory, StepRows, make_link_codec
 from algorithms.pipeline.optim import PaperAdam, PaperMomentum, make_optimizer
+from harness.comm.base import read_payload, written_payload
 from harness.data import get_dataset
 from harness.seeding import keyed_generator
 
@@ -35,6 +36,12 @@ class LoopComm:
 
     def recv(self, src, tag):
         return self.q[tag].popleft()
+
+    def send_written(self, nbytes, write, dst, tag):  # a channel's lossless messages (Codec.writer)
+        self.send(written_payload(nbytes, write), dst, tag)
+
+    def recv_read(self, src, read, tag):  # and their receiving end (Codec.reader)
+        return read_payload(self.recv(src, tag), read)
 
 
 def _link(spec, reset_fresh, seed=0):

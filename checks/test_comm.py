@@ -3,11 +3,13 @@ sent, collectives are bit-identical on every backend, and nothing hangs."""
 
 from __future__ import annotations
 
+import ctypes
 import functools
 import os
 import threading
 import time
 
+import numpy as np
 import pytest
 import torch
 import torch.distributed as dist
@@ -718,11 +720,13 @@ _WRITTEN_SIZES = (0, 1, 5000, 70_000, 70_000, 70_000, 70_000, 200_000)
 
 
 def _writes(m: torch.Tensor, calls: list):
-    """A writer of ``m``'s bytes, written here through the view alone (not the codecs' writer),
-    recording the view's length and that it was called."""
+    """A writer of ``m``'s bytes (not the codecs' writer): the first half through the view, the
+    rest by address; recording the view's length."""
     def write(view: memoryview, address: int) -> None:
         calls.append(len(view))
-        view[:] = m.numpy().tobytes()
+        data, half = m.numpy().tobytes(), len(view) // 2
+        view[:half] = data[:half]
+        ctypes.memmove(address + half, data[half:], len(data) - half)
     return write
 
 
@@ -764,3 +768,59 @@ def test_a_payload_written_in_place_arrives_and_is_metered_as_its_send_on_every_
     for _, by_tag, framing in got:
         assert by_tag == expect
         assert framing == FRAME_HEADER_BYTES * len(sizes)
+
+
+class _ReaderFailed(Exception):
+    pass
+
+
+def _read_program(seed: int, comm):
+    """Rank 0 sends; rank 1 takes every other payload with ``recv_read`` (the reader copies the
+    view's bytes out itself), one of them behind a receive posted ahead, and one reader raises."""
+    msgs = [_payload(seed + i, n) for i, n in enumerate(_WRITTEN_SIZES)]
+    if comm.rank == 0:
+        for i, m in enumerate(msgs):
+            comm.send(m, 1, tag=f"t{i % 3}")
+        comm.send(msgs[2], 1, tag="posted")
+        comm.send(msgs[1], 1, tag="posted")
+        comm.send(msgs[2], 1, tag="raises")
+        comm.send(msgs[1], 1, tag="after")
+        return True, comm.meter.snapshot().by_tag("sent")
+
+    def read(view: memoryview, address: int) -> torch.Tensor:
+        if ctypes.string_at(address, len(view)) != bytes(view):  # the address is the view's first byte
+            raise AssertionError("the address and the view hold different bytes")
+        return torch.from_numpy(np.frombuffer(bytes(view), dtype=np.uint8).copy())
+
+    def fails(view: memoryview, address: int):
+        raise _ReaderFailed(len(view))
+
+    got = [comm.recv_read(0, read, tag=f"t{i % 3}") if i % 2 == 0 else comm.recv(0, tag=f"t{i % 3}")
+           for i in range(len(msgs))]
+    ahead = comm.irecv(0, tag="posted")
+    got.append(comm.recv_read(0, read, tag="posted"))  # takes the posted receive
+    assert ahead is not None
+    got.append(comm.recv_read(0, read, tag="posted"))
+    try:
+        comm.recv_read(0, fails, tag="raises")
+        raised = None
+    except _ReaderFailed as e:
+        raised = e.args[0]
+    got.append(comm.recv_read(0, read, tag="after"))  # the stream goes on after it
+    ok = all(torch.equal(a, b) for a, b in zip([*msgs, msgs[2], msgs[1], msgs[1]], got, strict=True))
+    return ok and raised == msgs[2].numel(), comm.meter.snapshot().by_tag("received")
+
+
+@pytest.mark.parametrize("backend", ["threads", "threads paced", pytest.param("gloo", marks=pytest.mark.gloo)])
+def test_a_payload_read_in_place_is_recv_s_payload_on_every_backend(backend):
+    """``recv_read`` hands its reader a view of exactly the payload ``recv`` would return (an
+    inline frame, one after its header, one into a buffer posted at its size, the empty one, one
+    behind a receive posted ahead), metered as ``recv``; a reader's error is the caller's, and
+    the next receive takes the next frame."""
+    prog = functools.partial(_read_program, 11)
+    if backend == "threads paced":
+        got = run_threads(2, prog, timeout_s=60, bandwidth_bps=1e9)
+    else:
+        got = _on(backend, prog, timeout_s=60)
+    assert [ok for ok, _ in got] == [True, True]
+    assert got[0][1] == got[1][1]

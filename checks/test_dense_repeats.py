@@ -136,6 +136,14 @@ def test_the_writer_leaves_a_body_above_the_copy_by_address_bound_to_encode():
     assert _written(make_codec("identity"), x[:-1]) == _payload(x[:-1], "identity", body_checksum())
 
 
+def _reading(codec):
+    """``codec.decode`` through its reader: the payload's bytes read where they lie."""
+    def decode(p: Payload, max_numel=None):
+        data = p.data
+        return codec.reader(max_numel)(memoryview(data.numpy()), data.data_ptr())
+    return decode
+
+
 @st.composite
 def _defects(draw, nbytes: int):
     """A way to spoil a payload of ``nbytes`` bytes: one bit flipped anywhere, bytes cut off or
@@ -176,6 +184,9 @@ def test_a_header_decoded_before_refuses_what_a_first_decode_refuses(case, data)
     with mock.patch.object(dense, "parse_header", wraps=dense.parse_header) as parse:
         got = _outcome(warm.decode, bad, max_numel)
     assert got == _outcome(make_codec(name).decode, bad, max_numel)
+    # the reader (a payload read where the Comm received it) gives the same, warm or fresh
+    assert _outcome(_reading(warm), bad, max_numel) == got
+    assert _outcome(_reading(make_codec(name)), bad, max_numel) == got
     if kind == "none":
         assert got[0] == "ok"
         if len(warm._seen):  # a sound repeat is decoded without parsing its header again

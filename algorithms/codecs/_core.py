@@ -450,6 +450,13 @@ class Codec(abc.ABC):
         None where this codec has no such path for ``x``: then ``encode`` it."""
         return None
 
+    def reader(self, max_numel: int | None = None):
+        """A function ``read(view, address)`` giving ``decode(payload, max_numel)`` of the payload
+        whose bytes the memoryview ``view`` holds, the first at ``address``, read where they lie
+        (``Comm.recv_read``: no copy of the payload out of the Comm's buffer first); it keeps no
+        reference to the view.  None where this codec has no such path: then ``decode``."""
+        return None
+
     def decode(self, p: Payload, max_numel: int | None = None) -> torch.Tensor:
         """``max_numel``: the most elements the receiver expects (:func:`parse_header`)."""
         data = as_payload_tensor(p)

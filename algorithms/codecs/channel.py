@@ -28,6 +28,15 @@ def send_encoded(comm, codec: Codec, x: torch.Tensor, dst: int, tag: str,
         comm.send_written(*written, dst, tag=tag)
 
 
+def recv_decoded(comm, codec: Codec, src: int, tag: str, max_numel: int | None = None) -> torch.Tensor:
+    """``codec.decode`` of ``comm.recv``'s payload: read where the Comm received it where the
+    codec has a reader (``Codec.reader``), the same values and errors either way."""
+    read = codec.reader(max_numel)
+    if read is None:
+        return codec.decode(Payload(comm.recv(src, tag=tag)), max_numel=max_numel)
+    return comm.recv_read(src, read, tag=tag)
+
+
 class Channel:
     """Direct transmission: the receiver uses ``C(x)``; no state (also the uncompressed case).
 
@@ -58,6 +67,6 @@ class Channel:
         send_encoded(comm, self.codec, x, dst, tag, self.generator)
 
     def recv(self, comm, src: int, tag: str, key: tuple[int, int] | None = None, device=None) -> torch.Tensor:
-        x = self.codec.decode(Payload(comm.recv(src, tag=tag)), max_numel=self.max_numel)
+        x = recv_decoded(comm, self.codec, src, tag, self.max_numel)
         # not ``x.to(device)`` when it is already there: a no-op call per message is still a dispatch
         return x if device is None or (x.is_cpu and device in _HOST) else x.to(device)

@@ -199,21 +199,43 @@ class DenseCodec(Codec):
         cost more than the checks themselves: benchmarks/results/dense-repeats/.)"""
         data = as_payload_tensor(p)
         arr = data.numpy()  # a payload is on the host (Payload)
-        raw = arr[:_HEAD_MAX].tobytes()
-        seen = self._seen.get(raw[:FIXED_HEADER + 4 * raw[5] + 1]) if len(raw) > FIXED_HEADER else None
-        if seen is not None and arr.size == seen.h0 + seen.body:
-            h0 = seen.h0
-            body_crc, crc = TWO_CRCS.unpack_from(raw, h0 - CRC_BYTES - BODY_CRC_BYTES)
-            if (zlib.crc32(raw[h0 - CRC_BYTES - BODY_CRC_BYTES: h0 - CRC_BYTES], seen.fields_crc) == crc
-                    and (max_numel is None or seen.numel <= max_numel)
-                    and seen.out_bytes <= max_decoded_bytes() and body_crc32(arr[h0:]) == body_crc):
-                vals = torch.empty(seen.shape, dtype=seen.send)  # what from_raw_bytes makes
-                ctypes.memmove(vals.data_ptr(), data.data_ptr() + h0, seen.body)
-                return vals if seen.send == seen.dtype else vals.to(seen.dtype)
+        vals = self._decode_seen(arr, data.data_ptr(), max_numel)
+        if vals is not None:
+            return vals
         hdr = parse_header(data, expect_family=self.family, max_numel=max_numel)
         vals = self.decode_body(data, hdr)
-        self._remember(raw, hdr)
+        self._remember(arr[:_HEAD_MAX].tobytes(), hdr)
         return vals
+
+    def reader(self, max_numel: int | None = None):
+        """``Codec.reader``: a payload whose header was decoded before is decoded where it lies;
+        any other is copied out and decoded."""
+        def read(view: memoryview, address: int) -> torch.Tensor:
+            vals = self._decode_seen(view, address, max_numel)
+            if vals is not None:
+                return vals
+            data = torch.empty(len(view), dtype=torch.uint8)
+            ctypes.memmove(data.data_ptr(), address, len(view))
+            return self.decode(Payload(data), max_numel)
+        return read
+
+    def _decode_seen(self, arr, address: int, max_numel: int | None) -> torch.Tensor | None:
+        """``decode``'s short path: the values of the payload ``arr`` (a numpy view or memoryview
+        of its bytes, the first at ``address``) whose header has the bytes of one decoded before
+        and which passes the checks that depend on the message; else None."""
+        raw = arr[:_HEAD_MAX].tobytes()
+        seen = self._seen.get(raw[:FIXED_HEADER + 4 * raw[5] + 1]) if len(raw) > FIXED_HEADER else None
+        if seen is None or len(arr) != seen.h0 + seen.body:
+            return None
+        h0 = seen.h0
+        body_crc, crc = TWO_CRCS.unpack_from(raw, h0 - CRC_BYTES - BODY_CRC_BYTES)
+        if (zlib.crc32(raw[h0 - CRC_BYTES - BODY_CRC_BYTES: h0 - CRC_BYTES], seen.fields_crc) == crc
+                and (max_numel is None or seen.numel <= max_numel)
+                and seen.out_bytes <= max_decoded_bytes() and body_crc32(arr[h0:]) == body_crc):
+            vals = torch.empty(seen.shape, dtype=seen.send)  # what from_raw_bytes makes
+            ctypes.memmove(vals.data_ptr(), address + h0, seen.body)
+            return vals if seen.send == seen.dtype else vals.to(seen.dtype)
+        return None
 
     def _remember(self, raw: bytes, hdr: Header) -> None:
         """Keep what a header that passed every check said, where ``decode`` can take the same

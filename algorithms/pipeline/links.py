@@ -21,8 +21,8 @@ import hashlib
 
 import torch
 
-from algorithms.codecs import Codec, DenseCodec, Payload, make_codec
-from algorithms.codecs.channel import Channel, send_encoded
+from algorithms.codecs import Codec, DenseCodec, make_codec
+from algorithms.codecs.channel import Channel, recv_decoded, send_encoded
 from algorithms.codecs.dense import CAST_NAMES
 
 
@@ -164,11 +164,9 @@ class EFChannel(Channel):
         raw = self.memory.raw_rows(key, rows, mb)
         parts = {}
         if bool(raw.any()):
-            got = self.wire.decode(Payload(comm.recv(src, tag=tag)), max_numel=self.max_numel)
-            parts["raw"] = got.to(device)
+            parts["raw"] = recv_decoded(comm, self.wire, src, tag, self.max_numel).to(device)
         if bool((~raw).any()):
-            got = self.codec.decode(Payload(comm.recv(src, tag=tag)), max_numel=self.max_numel)
-            parts["msg"] = got.to(device)
+            parts["msg"] = recv_decoded(comm, self.codec, src, tag, self.max_numel).to(device)
         like = next(iter(parts.values()))
         state = self.memory.get(key, rows, mb, like.new_zeros((len(raw), *like.shape[1:]))).clone()
         raw = raw.to(device)

@@ -140,6 +140,15 @@ def check_frame_end(end: bytes, *, rank: int, src: int, nbytes: int) -> None:
 Writer = Callable[[memoryview, int], None]
 
 
+#: Reads a payload where it lies (:meth:`Comm.recv_read`): ``read(view, address)``.
+Reader = Callable[[memoryview, int], object]
+
+
+def read_payload(data: torch.Tensor, read: Reader):
+    """``read`` of a payload received into a tensor of its own."""
+    return read(memoryview(data.numpy()), data.data_ptr())
+
+
 def written_payload(nbytes: int, write: Writer) -> torch.Tensor:
     """The payload ``write`` writes, in a tensor of its own (what ``send`` takes)."""
     out = torch.empty(nbytes, dtype=torch.uint8)
@@ -470,6 +479,28 @@ class Comm(ABC):
             data = self._recv_frame(src, tag_hash(tag))
         return self._received(src, tag, data)
 
+    def recv_read(self, src: int, read: Reader, tag: str = ""):
+        """``read(view, address)`` of the next payload from ``src`` (``recv``'s), read where the
+        backend received it: ``view`` is a memoryview of exactly its bytes and ``address`` where
+        the first of them is.  A backend that receives a small frame into a buffer it reuses has
+        it read there, so the payload is not copied out first (a codec's ``Codec.reader``).
+        ``read`` must keep no reference to the view.  Returns what ``read`` returns; checks,
+        timeout and metering are ``recv``'s."""
+        self._check_peer(src, "recv from rank")
+        if self._posted.get(src):  # a receive posted earlier is the next one: its payload, read
+            return read_payload(self.recv(src, tag), read)
+        with self._waiting:
+            view, address = self._recv_in_place(src, tag_hash(tag))
+        self._received_nbytes(src, tag, len(view))  # metered as it arrived, whatever read makes of it
+        return read(view, address)
+
+    def _recv_in_place(self, src: int, taghash: int) -> tuple[memoryview, int]:
+        """The next frame's payload (:meth:`recv_read`) as a memoryview of its bytes and the
+        address of the first, where the backend holds it: valid until this Comm's next receive.
+        Here, a payload of its own as ``_recv_frame`` receives it."""
+        data = self._recv_frame(src, taghash)
+        return memoryview(data.numpy()), data.data_ptr()
+
     def _take(self, posted: PostedRecv) -> torch.Tensor:
         queue = self._posted.get(posted.src)
         if not queue or queue[0] is not posted:
@@ -481,11 +512,13 @@ class Comm(ABC):
         return self._received(posted.src, posted.tag, data)
 
     def _received(self, src: int, tag: str, data: torch.Tensor) -> torch.Tensor:
-        n = data.numel()
+        self._received_nbytes(src, tag, data.numel())
+        return data
+
+    def _received_nbytes(self, src: int, tag: str, n: int) -> None:
         if self.pacer is not None:  # tested here, not in _pace: a call per message
             self._pace("incoming", n, FRAME_HEADER_BYTES)
         self.meter.record(self._p2p_flow("received", src, tag), n, framing=FRAME_HEADER_BYTES)
-        return data
 
     def recv_any(self, srcs: list[int], tag: str = "") -> tuple[int, torch.Tensor]:
         """Receive the next payload from whichever rank of ``srcs`` sends first.

@@ -511,12 +511,13 @@ class TorchDistComm(Comm):
             hbuf.write(0, self._first_guard_view[:dirty])  # a slice of a memoryview: no copy
         return hbuf, expected, self._post_message(hbuf.tensor, src, what)
 
-    def _frame(self, got: int, taghash: int, posted) -> torch.Tensor:
+    def _frame(self, got: int, taghash: int, posted, in_place: bool = False):
         """The payload of a frame from ``got`` whose first message (``_post_first``) has arrived:
         that message checked, the body received if one follows, the pair's size history updated.
         One function for the blocking, posted and any-source receives, each of which waits for its
         own message first (every layer of calls between gloo's wait and the payload is on a
-        ping-pong's critical path)."""
+        ping-pong's critical path).  ``in_place`` (``Comm.recv_read``): the payload as
+        ``_recv_in_place`` gives it, in the reused buffer where the frame came inline."""
         # The checks read numpy views on the host: no tensor op (and no tensor the memory
         # meter would count) per check.
         hbuf, expected, _ = posted
@@ -534,11 +535,16 @@ class TorchDistComm(Comm):
             payload = hbuf.payload(FRAME_HEADER_NBYTES, n)
         else:
             hbuf.dirty = end
+            if in_place and inline and hbuf.view is not None:  # read where it lies, not copied out
+                if self._sizes_in:  # (an inline frame's size: recorded only once a pair has a history)
+                    self._sizes_in.record(got, taghash, n)
+                at = FRAME_HEADER_NBYTES
+                return hbuf.view[at:at + n], hbuf.addr + at
             # the reused buffer: copied out; or the header alone, and the body follows
             payload = hbuf.take(FRAME_HEADER_NBYTES, n) if inline else self._recv_body(n, got)
         if self._sizes_in or n >= SIZED_MIN_PAYLOAD:  # else nothing to record (a call per message saved)
             self._sizes_in.record(got, taghash, n)
-        return payload
+        return (memoryview(payload.numpy()), payload.data_ptr()) if in_place else payload
 
     def _post_recv_frame(self, src, taghash):
         posted = _PostedFrame(self, src, taghash)
@@ -559,6 +565,12 @@ class TorchDistComm(Comm):
         posted = self._post_first(src, taghash, what, hbuf)
         self._wait(posted[2], what)
         return self._frame(src, taghash, posted)
+
+    def _recv_in_place(self, src, taghash):
+        what = self._recv_what[src]
+        posted = self._post_first(src, taghash, what, None)
+        self._wait(posted[2], what)
+        return self._frame(src, taghash, posted, in_place=True)
 
     def _recv_any_frame(self, srcs, taghash):
         # The first message from any source (gloo's recv-from-any-source), then the body
