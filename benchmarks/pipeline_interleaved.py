@@ -13,8 +13,9 @@ bookkeeping), ``torch.distributed.pipelining``'s ``ScheduleGPipe`` and ``Schedul
 carrying raw tensor bytes, no codec (what the lossless codec's work per message costs it), and
 the engine's 1F1B posting its receives ahead as its GPipe does (``engine.POSTS_AHEAD``: the
 choice the engine made against), and the engine's 1F1B whose links encode each message into a
-payload of its own that the Comm copies into its frame (what they did before the codec wrote
-into the frame, ``Codec.writer``).  A step's time is the slower
+payload of its own that the Comm copies into its frame and decode a payload copied out of the
+Comm's buffer (what they did before the codec wrote into the frame and read where the message
+arrived: ``Codec.writer``, ``Codec.reader``).  A step's time is the slower
 rank's, from the barrier to after the optimiser step; a ratio is taken per step
 between neighbours in time (the same round), and the table gives its median
 [quartiles] over the measured steps and the 95 % interval of that median
@@ -53,6 +54,7 @@ import time
 import torch
 import torch.distributed as dist
 
+from algorithms.codecs import Payload
 from algorithms.codecs.channel import Channel
 from benchmarks.gloo_pair import run_pair
 from benchmarks.idle_penalty import MAX_PENALTY, penalty, stage_work
@@ -97,12 +99,17 @@ def _raw_bytes_links(stage, rank: int, rows: int, seq_len: int):
 
 
 class EncodedChannel(Channel):
-    """A channel whose every message is encoded into a payload of its own and copied into the
-    Comm's frame: ``Channel.send`` before the codec wrote into the frame (``Codec.writer``)."""
+    """A channel whose every message is encoded into a payload of its own that the Comm copies
+    into its frame, and received as a payload copied out of the Comm's buffer, then decoded: the
+    channel before the codec wrote into the frame and read where it arrived (``Codec.writer``,
+    ``Codec.reader``).  On the host only."""
 
     def send(self, comm, x, dst, tag, key=None):
         x = x.detach() if x.requires_grad else x
-        comm.send(self.codec.encode(x if x.is_cpu else x.cpu(), generator=self.generator).data, dst, tag=tag)
+        comm.send(self.codec.encode(x, generator=self.generator).data, dst, tag=tag)
+
+    def recv(self, comm, src, tag, key=None, device=None):
+        return self.codec.decode(Payload(comm.recv(src, tag=tag)), max_numel=self.max_numel)
 
 
 def _encoded_links(rank: int, world_size: int, codecs):

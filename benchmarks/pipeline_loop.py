@@ -9,13 +9,12 @@ interleaved benchmark times).  Each rank prints its pid and its gloo threads' id
 (``engine.POSTS_AHEAD``), the choice its docstring measured against.
 
 ``--call-cpu`` times, in each rank's thread CPU, every call of the channel's ``send`` and
-``recv`` (a whole message; ``EncodedChannel.send`` for the contestant that encodes and copies),
-the dense codec's ``writer``, ``encode`` and ``decode`` and the Comm's ``send_written``, ``send``
-and ``recv`` once warm (a call's time includes that of the timed calls inside it, and their
-timing), and after the loop the last ``encode`` and ``decode`` again, 1000 times back to back
-on the same input: a call between a
-stage's forward and backward passes runs with the caches the model's compute left, which a codec
-benchmark on its own never sees.  Each rank prints one line per call: its mean CPU in the
+``recv`` (a whole message; ``EncodedChannel``'s for the contestant that copies payloads),
+the dense codec's ``writer``, ``encode`` and ``decode`` and the Comm's ``send_written``,
+``send``, ``recv`` and ``recv_read`` once warm (a call's time includes that of the timed calls
+inside it, and their timing), and after the loop the last ``encode`` and ``decode`` again, 1000
+times back to back on the same input: a call between a stage's forward and backward passes runs
+with the caches the model's compute left, which a codec benchmark on its own never sees.  Each rank prints one line per call: its mean CPU in the
 steps, and back to back.
 """
 
@@ -90,8 +89,9 @@ def _rank(rank: int, port: int, cfg, name: str, steps: int, post_ahead: bool, ca
     dist.init_process_group("gloo", rank=rank, world_size=2)
     comm = TorchDistComm("gloo", timeout_s=120.0)
     _, opt, step, _ = _contestants(cfg, rank, comm)[name]
-    timed = _CallCpu([(Channel, "send"), (Channel, "recv"), (EncodedChannel, "send"), (DenseCodec, "writer"), (DenseCodec, "encode"),
-                      (DenseCodec, "decode"), (Comm, "send_written"), (Comm, "send"), (Comm, "recv")]) \
+    timed = _CallCpu([(Channel, "send"), (Channel, "recv"), (EncodedChannel, "send"), (EncodedChannel, "recv"),
+                      (DenseCodec, "writer"), (DenseCodec, "encode"), (DenseCodec, "decode"),
+                      (Comm, "send_written"), (Comm, "send"), (Comm, "recv"), (Comm, "recv_read")]) \
         if call_cpu else None
     for s in range(steps):
         if s == WARM:
