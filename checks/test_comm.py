@@ -17,6 +17,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from harness.comm import FRAME_HEADER_BYTES, CommError, CommTimeout, ThreadsWorld, run_threads
+from harness.comm.base import read_payload
 from harness.comm.progress_board import ProgressBoard
 from harness.comm.torchdist import TorchDistComm, init_process_group_from_env
 from harness.launcher import RankFailed
@@ -134,6 +135,13 @@ def test_send_rejects_non_payloads_and_bad_peers():
             comm.send(torch.zeros(3, dtype=torch.uint8), comm.rank)
         with pytest.raises(ValueError):
             comm.recv(5)
+        # the in-place sends and receives name what was asked, as send and recv do
+        with pytest.raises(ValueError, match=f"^send to rank {comm.rank + 2} is not a rank"):
+            comm.send_written(1, _writes(torch.zeros(1, dtype=torch.uint8), []), comm.rank + 2)
+        with pytest.raises(ValueError, match=f"^rank {comm.rank} cannot send to/from itself"):
+            comm.send_written(1, _writes(torch.zeros(1, dtype=torch.uint8), []), comm.rank)
+        with pytest.raises(ValueError, match="^recv from rank 5 is not a rank"):
+            comm.recv_read(5, read_payload)
         return True
 
     assert run_threads(2, prog) == [True, True]
@@ -686,7 +694,8 @@ def test_injected_latency_is_paid_once_per_message_by_the_sender(monkeypatch):
     comm = world.comm(0, latency_ms=7.0)
     comm.send(torch.zeros(3, dtype=torch.uint8), 1)
     comm.send(torch.zeros(3, dtype=torch.uint8), 1)
-    assert slept == [0.007, 0.007]
+    comm.send_written(3, _writes(torch.zeros(3, dtype=torch.uint8), []), 1)  # a written one too
+    assert slept == [0.007, 0.007, 0.007]
 
 
 def _sends_to_a_peer_that_left(comm):
@@ -733,7 +742,10 @@ def _writes(m: torch.Tensor, calls: list):
 def _written_program(seed: int, comm):
     msgs = [_payload(seed + i, n) for i, n in enumerate(_WRITTEN_SIZES)]
     if comm.rank == 0:
-        calls = []
+        calls, paced = [], []
+        if comm.pacer is not None:  # every paced message passes through the link's bucket
+            release = comm.pacer.outgoing_release
+            comm.pacer.outgoing_release = lambda n: paced.append(n) or release(n)
         for i, m in enumerate(msgs):  # every other one through send: the two mix in one stream
             if i % 2:
                 comm.send(m, 1, tag=f"t{i % 3}")
@@ -741,12 +753,14 @@ def _written_program(seed: int, comm):
                 comm.send_written(m.numel(), _writes(m, calls), 1, tag=f"t{i % 3}")
         with pytest.raises(CommError, match="exceeds the maximum frame size"):  # refused unwritten
             comm.send_written(comm.max_frame_bytes + 1, _writes(msgs[0], calls), 1)
-        comm.send(msgs[1], 1, tag="after")  # nothing of the refused one was posted
-        ok = calls == [m.numel() for m in msgs[::2]]
+        comm.send_written(msgs[1].numel(), _writes(msgs[1], calls), 1)  # nothing of the refused one
+        ok = calls == [m.numel() for m in [*msgs[::2], msgs[1]]]         # was posted; the default tag
+        ok = ok and (comm.pacer is None or len(paced) == len(msgs) + 1)
     else:
-        got = [comm.recv(0, tag=f"t{i % 3}") for i in range(len(msgs))] + [comm.recv(0, tag="after")]
+        got = [comm.recv(0, tag=f"t{i % 3}") for i in range(len(msgs))] + [comm.recv(0)]
         ok = all(torch.equal(a, b) for a, b in zip([*msgs, msgs[1]], got, strict=True))
     snap = comm.meter.snapshot()
+    ok = ok and {(f.src, f.dst) for f in snap.bytes} == {(0, 1)}  # metered between its two ranks
     return ok, snap.by_tag("sent" if comm.rank == 0 else "received"), snap.framing_bytes
 
 
@@ -763,7 +777,7 @@ def test_a_payload_written_in_place_arrives_and_is_metered_as_its_send_on_every_
         got = _on(backend, prog, timeout_s=60)
     assert [ok for ok, _, _ in got] == [True, True]
     sizes = [*_WRITTEN_SIZES, _WRITTEN_SIZES[1]]
-    tags = [f"t{i % 3}" for i in range(len(_WRITTEN_SIZES))] + ["after"]
+    tags = [f"t{i % 3}" for i in range(len(_WRITTEN_SIZES))] + [""]
     expect = {t: (sum(n for n, u in zip(sizes, tags, strict=True) if u == t), tags.count(t)) for t in set(tags)}
     for _, by_tag, framing in got:
         assert by_tag == expect
@@ -784,8 +798,8 @@ def _read_program(seed: int, comm):
         comm.send(msgs[2], 1, tag="posted")
         comm.send(msgs[1], 1, tag="posted")
         comm.send(msgs[2], 1, tag="raises")
-        comm.send(msgs[1], 1, tag="after")
-        return True, comm.meter.snapshot().by_tag("sent")
+        comm.send(msgs[1], 1)
+        return True, comm.meter.snapshot().bytes
 
     def read(view: memoryview, address: int) -> torch.Tensor:
         if ctypes.string_at(address, len(view)) != bytes(view):  # the address is the view's first byte
@@ -799,16 +813,17 @@ def _read_program(seed: int, comm):
            for i in range(len(msgs))]
     ahead = comm.irecv(0, tag="posted")
     got.append(comm.recv_read(0, read, tag="posted"))  # takes the posted receive
-    assert ahead is not None
+    with pytest.raises(CommError, match="waited on twice"):
+        ahead.wait()
     got.append(comm.recv_read(0, read, tag="posted"))
     try:
         comm.recv_read(0, fails, tag="raises")
         raised = None
     except _ReaderFailed as e:
         raised = e.args[0]
-    got.append(comm.recv_read(0, read, tag="after"))  # the stream goes on after it
+    got.append(comm.recv_read(0, read))  # the stream goes on after it; the default tag
     ok = all(torch.equal(a, b) for a, b in zip([*msgs, msgs[2], msgs[1], msgs[1]], got, strict=True))
-    return ok and raised == msgs[2].numel(), comm.meter.snapshot().by_tag("received")
+    return ok and raised == msgs[2].numel(), comm.meter.snapshot().bytes
 
 
 @pytest.mark.parametrize("backend", ["threads", "threads paced", pytest.param("gloo", marks=pytest.mark.gloo)])
@@ -823,4 +838,6 @@ def test_a_payload_read_in_place_is_recv_s_payload_on_every_backend(backend):
     else:
         got = _on(backend, prog, timeout_s=60)
     assert [ok for ok, _ in got] == [True, True]
-    assert got[0][1] == got[1][1]
+    sent, received = got[0][1], got[1][1]  # per flow: both ranks, direction and tag
+    assert {f._replace(direction="received", op="recv"): n for f, n in sent.items()} == received
+    assert {(f.src, f.dst) for f in sent} == {(0, 1)}

@@ -40,7 +40,7 @@ from algorithms.codecs._core import (
     seal,
 )
 from harness.comm import CommError, ThreadsWorld
-from harness.comm.base import FRAME_END, FRAME_MAGIC, tag_hash
+from harness.comm.base import FRAME_END, FRAME_MAGIC, read_payload, tag_hash
 from harness.comm.torchdist import (
     BODY_SLACK,
     FIRST_BUFFER_NBYTES,
@@ -535,13 +535,17 @@ class _OneMessage:
     def recv(self, src, tag):
         return self.data
 
+    def recv_read(self, src, read, tag):  # a codec with a reader reads it in place
+        return read_payload(self.data, read)
 
-def test_a_pipeline_stage_expects_at_most_its_largest_boundary_tensor():
+
+@pytest.mark.parametrize("spec", ["sparse", "fp32"])  # decoded, and read in place (Codec.reader)
+def test_a_pipeline_stage_expects_at_most_its_largest_boundary_tensor(spec):
     from algorithms.pipeline.engine import LinkCodecs, StageLinks
     from harness.models import build_stage
 
     stage = build_stage("tiny-opt", seed=0, num_stages=2, stage_index=1)
-    codec = make_codec("sparse")
+    codec = make_codec(spec)
     links = StageLinks.direct(1, 2, LinkCodecs(codec, codec))
     ids = torch.zeros(4, 16, dtype=torch.int64)
     links.expect(stage, ids)
