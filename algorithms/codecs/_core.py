@@ -236,8 +236,7 @@ def seal_at(arr, h0: int, prefix_crc: int) -> None:
     """:func:`seal` of the version-2 payload ``arr`` (a numpy view or memoryview of its bytes)
     whose header is ``h0`` bytes long and whose bytes before the CRCs have the CRC-32
     ``prefix_crc`` (an encoder that made the header knows both): the header CRC continues from it
-    over the body CRC
-    (``crc32(b, crc32(a)) == crc32(a + b)``), so the header is not read again."""
+    over the body CRC (``crc32(b, crc32(a)) == crc32(a + b)``), so the header is not read again."""
     body = body_crc32(arr[h0:])
     TWO_CRCS.pack_into(arr, h0 - CRC_BYTES - BODY_CRC_BYTES, body, zlib.crc32(_U32.pack(body), prefix_crc))
 

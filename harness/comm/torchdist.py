@@ -560,17 +560,14 @@ class TorchDistComm(Comm):
             self._peer_buffers[src] = _RecvBuffer(self.device, self._host)
         return self._peer_buffers[src]
 
-    def _recv_frame(self, src, taghash, hbuf: _RecvBuffer | None = None):
+    def _recv_frame(self, src, taghash, hbuf: _RecvBuffer | None = None, in_place: bool = False):
         what = self._recv_what[src]
         posted = self._post_first(src, taghash, what, hbuf)
         self._wait(posted[2], what)
-        return self._frame(src, taghash, posted)
+        return self._frame(src, taghash, posted, in_place)
 
     def _recv_in_place(self, src, taghash):
-        what = self._recv_what[src]
-        posted = self._post_first(src, taghash, what, None)
-        self._wait(posted[2], what)
-        return self._frame(src, taghash, posted, in_place=True)
+        return self._recv_frame(src, taghash, in_place=True)
 
     def _recv_any_frame(self, srcs, taghash):
         # The first message from any source (gloo's recv-from-any-source), then the body
