@@ -144,9 +144,14 @@ Writer = Callable[[memoryview, int], None]
 Reader = Callable[[memoryview, int], object]
 
 
+def payload_view(data: torch.Tensor) -> tuple[memoryview, int]:
+    """A host payload as a ``Reader`` takes it: a memoryview of its bytes, the first's address."""
+    return memoryview(data.numpy()), data.data_ptr()
+
+
 def read_payload(data: torch.Tensor, read: Reader):
     """``read`` of a payload received into a tensor of its own."""
-    return read(memoryview(data.numpy()), data.data_ptr())
+    return read(*payload_view(data))
 
 
 def written_payload(nbytes: int, write: Writer) -> torch.Tensor:
@@ -498,8 +503,7 @@ class Comm(ABC):
         """The next frame's payload (:meth:`recv_read`) as a memoryview of its bytes and the
         address of the first, where the backend holds it: valid until this Comm's next receive.
         Here, a payload of its own as ``_recv_frame`` receives it."""
-        data = self._recv_frame(src, taghash)
-        return memoryview(data.numpy()), data.data_ptr()
+        return payload_view(self._recv_frame(src, taghash))
 
     def _take(self, posted: PostedRecv) -> torch.Tensor:
         queue = self._posted.get(posted.src)

@@ -107,6 +107,7 @@ from .base import (
     check_frame_end,
     pack_frame_header_into,
     parse_frame_header,
+    payload_view,
 )
 from .progress_board import Heartbeat
 
@@ -544,7 +545,7 @@ class TorchDistComm(Comm):
             payload = hbuf.take(FRAME_HEADER_NBYTES, n) if inline else self._recv_body(n, got)
         if self._sizes_in or n >= SIZED_MIN_PAYLOAD:  # else nothing to record (a call per message saved)
             self._sizes_in.record(got, taghash, n)
-        return (memoryview(payload.numpy()), payload.data_ptr()) if in_place else payload
+        return payload_view(payload) if in_place else payload
 
     def _post_recv_frame(self, src, taghash):
         posted = _PostedFrame(self, src, taghash)
