@@ -112,7 +112,7 @@ def _fake_record(peaks: list[int], payload: float, **extra: float):
                **{k: m(v) for k, v in extra.items()}}
     per_rank = [{"rank": i, "metrics": {"peak_tensor_bytes": m(p), "peak_memory_bytes": m(10 * p)}}
                 for i, p in enumerate(peaks)]
-    return SimpleNamespace(metrics=metrics, per_rank=per_rank, history={"step_time_s": [1.0, 1.0]})
+    return SimpleNamespace(metrics=metrics, per_rank=per_rank, config={}, history={"step_time_s": [1.0, 1.0]})
 
 
 def _sparq_recs(sparq_peaks=(100, 500)):

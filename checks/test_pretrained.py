@@ -192,6 +192,33 @@ def test_heldout_accuracy_equals_a_hand_count():
     assert loss == pytest.approx(hand, rel=1e-6)
 
 
+@pytest.mark.parametrize("rows,batch", [(512, 16), (48, 16), (33, 8), (1, 4)])
+def test_heldout_batches_are_the_first_configured_rows_of_the_seed_0_order(rows, batch):
+    from harness.data import get_dataset
+    from harness.heldout import heldout_batches
+    from harness.registry import make_config
+
+    cfg = make_config("fo-sgd", model=MODEL, data="tweets-sentiment", batch_size=batch, seq_len=16,
+                      **({} if rows == 512 else {"heldout_rows": rows}))
+    assert cfg.heldout_rows == rows
+    batches = heldout_batches(cfg, "cpu")
+    assert [len(y) for _, y in batches] == [min(batch, rows - i) for i in range(0, rows, batch)]
+    ds = get_dataset("tweets-sentiment")
+    ids, labels = ds.encoded("val", MODEL, 16)
+    first = ds.order("val", seed=0, epoch=0)[:rows]
+    assert torch.equal(torch.cat([x for x, _ in batches]), ids[first])
+    assert torch.equal(torch.cat([y for _, y in batches]), labels[first])
+
+
+@pytest.mark.parametrize("bad", [0, -3, 2.0, True, "8"])
+def test_heldout_rows_must_be_a_positive_integer(bad):
+    from harness.config import ConfigError
+    from harness.registry import make_config
+
+    with pytest.raises(ConfigError, match="heldout_rows must be an integer >= 1"):
+        make_config("fo-sgd", heldout_rows=bad)
+
+
 def test_probe_head_reproduces_the_fitted_logistic_regression(monkeypatch, tmp_path):
     """The probe's two logits (-f/2, f/2) give sklearn's own predicted probabilities, and the fit
     is deterministic (a cache hit returns what a fresh fit computes)."""
@@ -268,15 +295,13 @@ ON_THE_ENCODER = [("fo-sgd", 1, "threads"), ("pipeline-sgd", 2, "gloo"), ("direc
 
 
 @pytest.mark.parametrize("algo,world,backend", ON_THE_ENCODER, ids=[a for a, _, _ in ON_THE_ENCODER])
-def test_every_pipeline_and_zo_algorithm_runs_on_the_encoder(algo, world, backend, monkeypatch):
-    from harness import heldout
+def test_every_pipeline_and_zo_algorithm_runs_on_the_encoder(algo, world, backend):
     from harness.launcher import run
     from harness.registry import make_config
 
-    monkeypatch.setattr(heldout, "HELDOUT_ROWS", 48)  # threads ranks: the evaluation's cost, not its meaning
-
+    rows = {"heldout_rows": 48} if backend == "threads" else {}  # the evaluation's cost, not its meaning
     cfg = make_config(algo, model=MODEL, data="tweets-sentiment", world_size=world, backend=backend, steps=1,
-                      batch_size=16, seq_len=16, params={"lr": 1e-6})
+                      batch_size=16, seq_len=16, params={"lr": 1e-6}, **rows)
     rec = run(cfg)
     m = rec.metrics
     assert 0 <= m["val_accuracy"].value <= 1 and m["majority_accuracy"].value >= 0.5

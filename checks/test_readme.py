@@ -2,7 +2,7 @@
 
 Every line of the README's ``sh`` blocks is either run here, in order and as written — in a
 scratch directory holding nothing a user's fresh clone would not, ``commbench`` as
-``python -m harness.cli``, ``--steps`` cut to 2 —
+``python -m harness.cli``, ``--steps`` cut to 2 and a run's held-out rows to 32 —
 or named in ``EXPENSIVE`` with the reason it is not; a line that is neither
 fails the check, and so does an ``EXPENSIVE`` entry that no README line has.
 """
@@ -20,6 +20,7 @@ import pytest
 from scripts import readme_walkthrough as _walkthrough  # its parser: one reading of the README
 
 ROOT = Path(__file__).resolve().parents[1]
+HELDOUT_ROWS = 32  # a labelled run's evaluation, twice per run: 512 rows of MiniLM take most of its time
 
 # substring of a README command -> why the walkthrough does not run it
 EXPENSIVE = {
@@ -51,6 +52,8 @@ def _argv(cmd: str) -> list[str]:
     for i, a in enumerate(argv[:-1]):
         if a == "--steps":
             argv[i + 1] = "2"
+    if argv[3:4] == ["run"] and "--help" not in argv:  # the evaluation's cost, not its meaning
+        argv += ["--set", f"heldout_rows={HELDOUT_ROWS}"]
     return argv
 
 
@@ -85,4 +88,5 @@ def test_readme_walkthrough(tmp_path):
 
 @pytest.mark.parametrize("cmd", ["commbench run x --steps 50 --world-size 4"])
 def test_argv_cuts_steps(cmd):
-    assert _argv(cmd)[-3:] == ["2", "--world-size", "4"]
+    assert _argv(cmd)[-5:] == ["2", "--world-size", "4", "--set", f"heldout_rows={HELDOUT_ROWS}"]
+    assert _argv("commbench table results/runs")[3:] == ["table", "results/runs"]

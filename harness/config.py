@@ -73,6 +73,9 @@ def check_finite_params(params) -> None:
 NETS = ("none", "pacer", "netns")
 MEMORY_METERS = ("rss", "tensor", "pass")
 HEADS = ("fresh", "probe")
+# Held-out rows a run on labelled data evaluates before and after training (harness/heldout.py):
+# 512 gives a 2 % standard error on an accuracy near 80 %.
+HELDOUT_ROWS = 512
 _RATE = re.compile(r"^(\d+(?:\.\d+)?)(bit|kbit|mbit|gbit)$")
 
 
@@ -149,6 +152,8 @@ class RunConfig:
     # regression on the frozen pretrained features of the task's training rows (linear probing,
     # then training the whole model from there: MeZO's LP-then-ZO protocol, harness/heldout.py)
     head: str = "fresh"
+    # How many fixed validation rows a run on labelled data is evaluated on (harness/heldout.py)
+    heldout_rows: int = HELDOUT_ROWS
     params: Any = field(default_factory=NoParams)
 
     def __post_init__(self):
@@ -184,6 +189,8 @@ class RunConfig:
              f"memory must be one of {', '.join(MEMORY_METERS)}, got {self.memory!r}")
         need(self.net in NETS, f"net must be one of {', '.join(NETS)}, got {self.net!r}")
         need(self.head in HEADS, f"head must be one of {', '.join(HEADS)}, got {self.head!r}")
+        need(type(self.heldout_rows) is int and self.heldout_rows >= 1,
+             f"heldout_rows must be an integer >= 1, got {self.heldout_rows!r}")
         if self.bandwidth is not None and self.net == "none":
             # --bandwidth alone means the path every user has: the user-space pacer
             object.__setattr__(self, "net", "pacer")

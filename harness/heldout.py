@@ -1,7 +1,7 @@
 """Held-out evaluation on a labelled task: accuracy and loss before and after training.
 
 On a classification data set (``modality == "classify"``) every run evaluates the
-same fixed rows of the validation split — the first ``HELDOUT_ROWS`` of its order
+same fixed rows of the validation split — the first ``cfg.heldout_rows`` of its order
 for seed 0 (the file is grouped by source, so its own order is not a sample),
 whatever the run's seed — once before its measured window opens and once after it
 closes, so neither the bytes nor the times of the evaluation enter the run's
@@ -22,10 +22,11 @@ import os
 
 import torch
 
+from .config import HELDOUT_ROWS
+
 __all__ = ["HELDOUT_ROWS", "PROBE_ROWS", "evaluate_model", "evaluate_params", "evaluate_stages", "heldout_batches",
            "init_head", "probe_head"]
 
-HELDOUT_ROWS = 512  # 2 % standard error on an accuracy near 80 %
 PROBE_ROWS = 1024  # training rows the linear probe is fitted on
 TAG = "heldout"
 
@@ -39,7 +40,7 @@ def heldout_batches(cfg, device) -> list[tuple[torch.Tensor, torch.Tensor]] | No
     if ds.modality != "classify":
         return None
     ids, labels = ds.encoded("val", cfg.model, cfg.seq_len)
-    rows = ds.order("val", seed=0, epoch=0)[:HELDOUT_ROWS]
+    rows = ds.order("val", seed=0, epoch=0)[:cfg.heldout_rows]
     ids, labels = ids[rows], labels[rows]
     n = len(rows)
     return [(ids[i:i + cfg.batch_size].to(device), labels[i:i + cfg.batch_size].to(device))

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from harness.heldout import HELDOUT_ROWS
+from harness.config import HELDOUT_ROWS
 from harness.models import gemma
 from harness.registry import make_config
 from harness.reporting import Column, Table
