@@ -123,6 +123,27 @@ def _sparq_recs(sparq_peaks=(100, 500)):
             "sparq": _fake_record(list(sparq_peaks), 100.0, act_nnz_ratio=0.47)}  # sum 600, max 500
 
 
+@pytest.mark.parametrize("rows", [None, 512, 64])
+def test_sparq_accuracy_claim_counts_the_held_out_rows_its_records_evaluated(rows):
+    """The accuracy claim's standard errors are those of the rows the runs evaluated (their config's
+    ``heldout_rows``; 512 for a record from before the field).  Start 0.5, ZO 0.60, SparQ 0.52: at
+    512 rows ZO moved by 0.10 >= 2 x 0.0221 and SparQ is 8 points below, beyond -0.9 - 4.33 points:
+    not supported; at 64 rows 0.10 < 2 x 0.0625, so ZO has not moved: not measurable."""
+    from harness.experiments.sparq import Table2Setting, accuracy_claim
+
+    acc = dict(val_accuracy_start=0.5, majority_accuracy=0.5)
+    recs = {"zo-pipeline": _fake_record([1], 0.0, val_accuracy=0.60, **acc),
+            "sparq": _fake_record([1], 0.0, val_accuracy=0.52, **acc)}
+    for r in recs.values():
+        r.config = {} if rows is None else {"heldout_rows": rows}
+    _CLAIMS.clear()
+    c = accuracy_claim(recs, Table2Setting("tiny-opt"), "here")
+    _CLAIMS.clear()
+    n = rows or 512
+    assert f"; {n} fixed validation rows;" in c.how
+    assert c.outcome == ("not measurable here" if n == 64 else "not supported")
+
+
 def test_sparq_memory_claims_use_the_sum_over_nodes():
     """SparQ Table 2's memory is "total peak memory usage on two GPUs": the claims divide the SUM of
     the ranks' peaks; the per-node maximum is only reported beside it.  The numbers are chosen so
