@@ -39,8 +39,11 @@ together, with nothing of the last step in flight; back to back, a rank starts i
 soon as its own part of the last is done, so what a schedule overlaps across a step's boundary
 shows only there (the launcher-level benchmarks time steps back to back).
 
+``--contestants A,B,...`` runs only those (in the same interleaving) and the ratios between
+them: more rounds of the pair a question is about in the same time.
+
     python3 -m benchmarks.pipeline_interleaved [--model tiny-opt] [--steps 200] [--micro-batches 4]
-        [--back-to-back 1]
+        [--back-to-back 1] [--contestants engine[1f1b],Schedule1F1B]
 """
 
 from __future__ import annotations
@@ -122,7 +125,29 @@ def _encoded_links(rank: int, world_size: int, codecs):
     return links
 
 
-def _contestants(cfg, rank: int, comm):
+def chosen(spec: str | None) -> tuple[str, ...]:
+    """The contestants ``--contestants`` names (comma-separated, in ``CONTESTANTS``' order; None:
+    all); ValueError for an unknown name, or for names between which ``RATIOS`` has no ratio."""
+    if spec is None:
+        return CONTESTANTS
+    names = [n.strip() for n in spec.split(",") if n.strip()]
+    unknown = [n for n in names if n not in CONTESTANTS]
+    if unknown:
+        raise ValueError(f"unknown contestant(s) {', '.join(map(repr, unknown))}; choose from "
+                         f"{', '.join(CONTESTANTS)}")
+    out = tuple(n for n in CONTESTANTS if n in names)
+    if not ratios(out):
+        raise ValueError(f"no ratio this benchmark reports is between {', '.join(out)}; its ratios: "
+                         + "; ".join(f"{a} / {b}" for a, b in RATIOS))
+    return out
+
+
+def ratios(names: tuple[str, ...]) -> list[tuple[str, str]]:
+    """The pairs of ``RATIOS`` whose both contestants run."""
+    return [r for r in RATIOS if set(r) <= set(names)]
+
+
+def _contestants(cfg, rank: int, comm, names: tuple[str, ...]):
     """name -> (stage, optimiser, step(ids, labels), the Comm to synchronise on) for this rank,
     each on its own stage copy.  A contestant that sends through a Comm has its own (``comm``
     synchronises the others): a Comm keeps a size history per peer and tag, and one contestant's
@@ -140,7 +165,7 @@ def _contestants(cfg, rank: int, comm):
     wire = _wire_codec(cfg.torch_dtype)
     codecs = LinkCodecs(forward=wire, backward=wire)
     out = {}
-    for name in CONTESTANTS:
+    for name in names:
         stage = build_stage(cfg.model, seed=cfg.seed, num_stages=2, stage_index=rank, cut=p.cut,
                             dtype=cfg.torch_dtype)
         opt = _optimizer(stage.parameters(), p)
@@ -224,7 +249,7 @@ def pair_totals(threads: tuple[dict, dict], params: tuple[dict, dict]) -> tuple[
     return cpu, shas
 
 
-def _rank(rank: int, port: int, cfg, run: int, q) -> None:
+def _rank(rank: int, port: int, cfg, run: int, names: tuple[str, ...], q) -> None:
     from algorithms.pipeline.local import batch
     from harness.comm.torchdist import TorchDistComm
 
@@ -232,13 +257,13 @@ def _rank(rank: int, port: int, cfg, run: int, q) -> None:
     torch.set_num_threads(cfg.threads_per_rank or 1)
     dist.init_process_group("gloo", rank=rank, world_size=2)
     comm = TorchDistComm("gloo", timeout_s=120.0, metered=True)
-    runs = _contestants(cfg, rank, comm)
-    wall = {n: [[] for _ in range(run)] for n in CONTESTANTS}  # by place in the turn
-    cpu = {n: [] for n in CONTESTANTS}
-    ticks = {n: {"main": 0, "gloo": 0, "other": 0} for n in CONTESTANTS}
+    runs = _contestants(cfg, rank, comm, names)
+    wall = {n: [[] for _ in range(run)] for n in names}  # by place in the turn
+    cpu = {n: [] for n in names}
+    ticks = {n: {"main": 0, "gloo": 0, "other": 0} for n in names}
     for rnd in range(cfg.steps):
         batches = [batch(cfg, rnd * run + j, "cpu") for j in range(run)]
-        for name in turn_order(rnd, CONTESTANTS):
+        for name in turn_order(rnd, names):
             stage, opt, fn, sync = runs[name]
             sync.barrier()  # also waits for the engine's posted sends: none is left in flight
             t0 = thread_ticks()
@@ -252,27 +277,27 @@ def _rank(rank: int, port: int, cfg, run: int, q) -> None:
             if rnd >= WARMUP:
                 for kind, n in thread_ticks().items():
                     ticks[name][kind] += n - t0[kind]
-    params = {n: stage_params(runs[n][0]) for n in CONTESTANTS}
+    params = {n: stage_params(runs[n][0]) for n in names}
     q.put((rank, wall, cpu, params, seconds_per_step(ticks, (cfg.steps - WARMUP) * run)))
     comm.close()  # also leaves the process group
 
 
-def measure(cfg, run: int = 1) -> tuple[dict, dict, dict, dict, dict]:
+def measure(cfg, run: int = 1, names: tuple[str, ...] = CONTESTANTS) -> tuple[dict, dict, dict, dict, dict]:
     """Run the contestants interleaved on 2 spawned gloo ranks, each turn ``run`` steps back to
     back after a barrier: per contestant, the step times of the slower rank (lists over the
     measured rounds) of each turn's first step and of the ones after it (empty for ``run`` 1),
     the CPU times of both ranks per step, the mean CPU per step by thread kind (both ranks), and
     the final ``params_sha256``."""
-    out = run_pair(_rank, cfg, run, timeout_s=3600)
+    out = run_pair(_rank, cfg, run, names, timeout_s=3600)
 
     def slower(n: str, j: int) -> list[float]:  # a step takes as long as its slower rank
         return [max(a, b) for a, b in zip(out[0][1][n][j], out[1][1][n][j], strict=True)][WARMUP:]
 
-    first = {n: slower(n, 0) for n in CONTESTANTS}
-    later = {n: [t for j in range(1, run) for t in slower(n, j)] for n in CONTESTANTS} if run > 1 else {}
+    first = {n: slower(n, 0) for n in names}
+    later = {n: [t for j in range(1, run) for t in slower(n, j)] for n in names} if run > 1 else {}
     # CPU time is the sum of both ranks'
     cpu = {n: [a + b for a, b in zip(out[0][2][n], out[1][2][n], strict=True)][WARMUP * run:]
-           for n in CONTESTANTS}
+           for n in names}
     threads, shas = pair_totals((out[0][4], out[1][4]), (out[0][3], out[1][3]))
     return first, later, cpu, threads, shas
 
@@ -298,27 +323,32 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--back-to-back", type=int, default=1, metavar="K",
                     help="steps per contestant's turn, run back to back after its barrier (module docstring)")
+    ap.add_argument("--contestants", metavar="A,B,...", help=f"only these (default all: {', '.join(CONTESTANTS)})")
     a, cfg = step_config(ap, 200, WARMUP)
     if a.back_to_back < 1:
         ap.error("--back-to-back must be at least 1")
+    try:
+        names = chosen(a.contestants)
+    except ValueError as e:
+        ap.error(str(e))
     print(f"torch {torch.__version__}  load average before: {os.getloadavg()}  cpus: {os.cpu_count()}")
     print(f"{a.model} batch {a.batch_size}x{a.seq_len}, {a.micro_batches} micro-batches, {a.steps} rounds "
           f"({WARMUP} left out) of {a.back_to_back} step(s) per contestant, gloo, 2 ranks, "
-          "contestants interleaved per round")
-    first, later, cpu, threads, shas = measure(cfg, a.back_to_back)
+          f"contestants interleaved per round: {', '.join(names)}")
+    first, later, cpu, threads, shas = measure(cfg, a.back_to_back, names)
     med = statistics.median
     kinds = {"after a barrier": first, **({"back to back": later} if later else {})}
     print("| contestant | " + " | ".join(f"median step, {k}" for k in kinds)
           + " | CPU per step (both ranks) | of it: main threads | gloo threads | other |")
     print("|---" * (len(kinds) + 5) + "|")
-    for n in CONTESTANTS:
+    for n in names:
         th = threads[n]
         print(f"| {n} | " + " | ".join(f"{1e3 * med(k[n]):.2f} ms" for k in kinds.values())
               + f" | {1e3 * med(cpu[n]):.2f} ms | {1e3 * th['main']:.2f} ms "
               f"| {1e3 * th['gloo']:.2f} ms | {1e3 * th['other']:.2f} ms |")
     print("| ratio (per round) | step | median [quartiles] | the median's 95 % interval | CPU ratio |")
     print("|---|---|---|---|---|")
-    for a_, b_ in RATIOS:
+    for a_, b_ in ratios(names):
         for kind, step in kinds.items():
             r = [x / y for x, y in zip(step[a_], step[b_], strict=True)]
             print(f"| {a_} / {b_} | {kind} | {quartiles(r)} | {median_interval(r)} "

@@ -77,3 +77,19 @@ def test_pipeline_loop_runs_a_contestant_and_names_its_gloo_threads(contestant, 
             line = next((x for x in lines if x.startswith(f"rank {rank}: {call} ")), p.stderr)
             assert "(8 calls)" in line, line
             assert ("back to back" in line) == (call in ("DenseCodec.encode", "DenseCodec.decode")), line
+
+
+def test_pipeline_interleaved_runs_the_contestants_named_and_their_ratios_only():
+    from benchmarks.pipeline_interleaved import CONTESTANTS, RATIOS, chosen, ratios
+
+    assert chosen(None) == CONTESTANTS and ratios(CONTESTANTS) == list(RATIOS)
+    # in the benchmark's order, whatever the order named; spaces and repeats ignored
+    picked = chosen("Schedule1F1B, engine[1f1b] encoded,engine[1f1b],Schedule1F1B")
+    assert picked == ("engine[1f1b]", "Schedule1F1B", "engine[1f1b] encoded")
+    assert ratios(picked) == [("engine[1f1b]", "Schedule1F1B"), ("engine[1f1b]", "engine[1f1b] encoded"),
+                              ("engine[1f1b] encoded", "Schedule1F1B")]
+    with pytest.raises(ValueError, match="unknown contestant.*'Schedule1f1b'.*choose from engine"):
+        chosen("engine[1f1b],Schedule1f1b")
+    for spec in ("engine[1f1b]", "engine[1f1b],engine[1f1b]", "engine[gpipe],engine[1f1b] ahead"):
+        with pytest.raises(ValueError, match="no ratio this benchmark reports is between"):
+            chosen(spec)
