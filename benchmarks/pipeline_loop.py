@@ -88,7 +88,7 @@ def _rank(rank: int, port: int, cfg, name: str, steps: int, post_ahead: bool, ca
     torch.set_num_threads(cfg.threads_per_rank or 1)
     dist.init_process_group("gloo", rank=rank, world_size=2)
     comm = TorchDistComm("gloo", timeout_s=120.0)
-    _, opt, step, _ = _contestants(cfg, rank, comm)[name]
+    _, opt, step, _ = _contestants(cfg, rank, comm, (name,))[name]
     timed = _CallCpu([(Channel, "send"), (Channel, "recv"), (EncodedChannel, "send"), (EncodedChannel, "recv"),
                       (DenseCodec, "writer"), (DenseCodec, "encode"), (DenseCodec, "decode"),
                       (Comm, "send_written"), (Comm, "send"), (Comm, "recv"), (Comm, "recv_read")]) \
