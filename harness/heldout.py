@@ -22,9 +22,7 @@ import os
 
 import torch
 
-from .config import HELDOUT_ROWS
-
-__all__ = ["HELDOUT_ROWS", "PROBE_ROWS", "evaluate_model", "evaluate_params", "evaluate_stages", "heldout_batches",
+__all__ = ["PROBE_ROWS", "evaluate_model", "evaluate_params", "evaluate_stages", "heldout_batches",
            "init_head", "probe_head"]
 
 PROBE_ROWS = 1024  # training rows the linear probe is fitted on

@@ -421,14 +421,19 @@ def table2_claims(recs: dict, s: Table2Setting, train: TrainSet, scaled: str = "
             *([accuracy_claim(recs, s, where)] if accuracy else [])]
 
 
+def heldout_rows(rec) -> int:
+    """The held-out rows ``rec``'s run evaluated (a record from before the field: the default)."""
+    from harness.config import HELDOUT_ROWS
+
+    return rec.config.get("heldout_rows", HELDOUT_ROWS)
+
+
 def accuracy_claim(recs: dict, s: Table2Setting, where: str):
     """Tables 1-2: SparQ's test accuracy is comparable to ZO-SGD's (mean −0.14 points over 15 rows,
     worst −0.9), decided on the held-out rows once ZO training has moved them."""
-    from harness.config import HELDOUT_ROWS
-
     zo, sq = recs["zo-pipeline"], recs["sparq"]
     start = _m(zo, "val_accuracy_start")
-    rows = sq.config.get("heldout_rows", HELDOUT_ROWS)  # a record from before the field: the default
+    rows = heldout_rows(sq)
     v = V.accuracy_vs_zo(_m(sq, "val_accuracy"), _m(zo, "val_accuracy"), start, rows)
     how = (f"held-out accuracy after {s.steps} steps: SparQ {_m(sq, 'val_accuracy', float('nan')):.3f}, ZO "
            f"pipeline {_m(zo, 'val_accuracy', float('nan')):.3f}, from {start if start is not None else float('nan'):.3f} "

@@ -15,7 +15,6 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from harness.config import HELDOUT_ROWS
 from harness.models import gemma
 from harness.registry import make_config
 from harness.reporting import Column, Table
@@ -32,6 +31,7 @@ from .sparq import (
     _m,
     _run,
     accuracy_claim,
+    heldout_rows,
     methods_runs,
     methods_table_rows,
     setting_note,
@@ -107,6 +107,6 @@ def reproduce_sparq_gemma(scale: str, out_dir: Path, quiet: bool) -> list[Table]
                   columns=cols, rows=rows,
                   caption=f"prompt-based: '<tweet> It was' scored on ' terrible' / ' great' by the LM head's rows "
                           f"(MeZO's SST-2 template and words; a causal LM has no classifier head to fit); held-out: "
-                          f"{HELDOUT_ROWS} fixed validation rows",
+                          f"{heldout_rows(acc['sparq'])} fixed validation rows",
                   notes=[f"verdict: {c.id}: {c.ours} — {c.outcome.upper()} ({c.how})", _budget_note()])
     return [t2, t_acc]
