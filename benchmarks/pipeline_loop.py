@@ -8,14 +8,18 @@ interleaved benchmark times).  Each rank prints its pid and its gloo threads' id
 ``--post-ahead`` makes the engine's 1F1B post its receives ahead as GPipe does
 (``engine.POSTS_AHEAD``), the choice its docstring measured against.
 
-``--call-cpu`` times, in each rank's thread CPU, every call of the channel's ``send`` and
-``recv`` (a whole message; ``EncodedChannel``'s for the contestant that copies payloads),
-the dense codec's ``writer``, ``encode`` and ``decode`` and the Comm's ``send_written``,
-``send``, ``recv`` and ``recv_read`` once warm (a call's time includes that of the timed calls
-inside it, and their timing), and after the loop the last ``encode`` and ``decode`` again, 1000
-times back to back on the same input: a call between a stage's forward and backward passes runs
-with the caches the model's compute left, which a codec benchmark on its own never sees.  Each rank prints one line per call: its mean CPU in the
-steps, and back to back.
+``--call-cpu`` times, in each rank's thread CPU once warm, every call of the channel's ``send``
+and ``recv`` (a whole message; ``EncodedChannel``'s for the contestant that copies payloads),
+the dense codec's ``writer``, ``encode`` and ``decode`` and its check and copy of a payload whose
+header it has seen (``_decode_seen``, what its reader does with a message), the Comm's ``send_written``, ``send``,
+``recv`` and ``recv_read`` and, for a contestant with a Comm of its own (the engine's), the
+transport's calls that post a message (``gloo send``, ``gloo recv``: the process group's own,
+which ``torch.distributed.pipelining`` makes as well); a call's time includes that of the timed
+calls inside it, and their timing.  Each rank prints the whole step's CPU (its main thread) and
+one line per call: its mean CPU in the steps, and for the last ``encode`` and ``decode``, timed
+again 1000 times back to back on the same input after the loop, back to back too: a call
+between a stage's forward and backward passes runs with the caches the model's compute left,
+which a codec benchmark on its own never sees.
 """
 
 from __future__ import annotations
@@ -74,6 +78,20 @@ class _CallCpu:
         return "\n".join(lines) + "\n"
 
 
+class _TimedGroup:
+    """A Comm's process group whose ``send`` and ``recv`` (the posting of one message: gloo's
+    rendezvous notices, and the bytes where the peer's receive is posted) are timed by a
+    :class:`_CallCpu`; everything else passes through."""
+
+    def __init__(self, group, timed: _CallCpu):
+        self._group = group
+        self.send = timed._timed(group.send, "gloo send")
+        self.recv = timed._timed(group.recv, "gloo recv")
+
+    def __getattr__(self, name):
+        return getattr(self._group, name)
+
+
 def _rank(rank: int, port: int, cfg, name: str, steps: int, post_ahead: bool, call_cpu: bool, q) -> None:
     from algorithms.codecs.channel import Channel
     from algorithms.codecs.dense import DenseCodec
@@ -88,11 +106,14 @@ def _rank(rank: int, port: int, cfg, name: str, steps: int, post_ahead: bool, ca
     torch.set_num_threads(cfg.threads_per_rank or 1)
     dist.init_process_group("gloo", rank=rank, world_size=2)
     comm = TorchDistComm("gloo", timeout_s=120.0)
-    _, opt, step, _ = _contestants(cfg, rank, comm, (name,))[name]
+    _, opt, step, own = _contestants(cfg, rank, comm, (name,))[name]
     timed = _CallCpu([(Channel, "send"), (Channel, "recv"), (EncodedChannel, "send"), (EncodedChannel, "recv"),
                       (DenseCodec, "writer"), (DenseCodec, "encode"), (DenseCodec, "decode"),
-                      (Comm, "send_written"), (Comm, "send"), (Comm, "recv"), (Comm, "recv_read")]) \
+                      (DenseCodec, "_decode_seen"), (Comm, "send_written"), (Comm, "send"), (Comm, "recv"), (Comm, "recv_read")]) \
         if call_cpu else None
+    if timed is not None and own is not comm:  # the contestant's own Comm: its transport calls too
+        own._pg = _TimedGroup(own._pg, timed)
+    step_cpu = 0.0  # the main thread's, over the steps once warm
     for s in range(steps):
         if s == WARM:
             if timed is not None:
@@ -103,12 +124,15 @@ def _rank(rank: int, port: int, cfg, name: str, steps: int, post_ahead: bool, ca
             # of the text and its newline interleaved with the other rank's
             os.write(2, f"rank {rank}: pid {os.getpid()}, gloo threads {','.join(gloo)}\n".encode())
         ids, labels = batch(cfg, s, "cpu")
+        t = time.thread_time()
         opt.zero_grad(set_to_none=True)
         step(ids, labels)
         opt.step()
+        step_cpu += time.thread_time() - t if s >= WARM else 0.0
     if timed is not None:
         timed.on = False
-        os.write(2, timed.report(rank).encode())  # one write: the ranks share the pipe
+        whole = f"rank {rank}: the step {1e3 * step_cpu / (steps - WARM):.2f} ms CPU (main thread)\n"
+        os.write(2, (whole + timed.report(rank)).encode())  # one write: the ranks share the pipe
     q.put((rank, None))
     comm.close()
 

@@ -58,11 +58,13 @@ def test_comm_turnaround_stamps_every_span_of_rank_one():
 
 
 # per contestant, the calls each rank makes once per message: the engine's channel writes into the
-# frame and reads where a message arrived; the old channel encodes, copies and decodes
-_TIMED = {"engine[1f1b]": ("Channel.send", "Channel.recv", "DenseCodec.writer", "Comm.send_written",
-                           "Comm.recv_read"),
+# frame and reads where a message arrived; the old channel encodes, copies and decodes; both post
+# each message to gloo through a Comm of their own
+_TIMED = {"engine[1f1b]": ("Channel.send", "Channel.recv", "DenseCodec.writer", "DenseCodec._decode_seen",
+                           "Comm.send_written", "Comm.recv_read", "gloo send", "gloo recv"),
           "engine[1f1b] encoded": ("EncodedChannel.send", "EncodedChannel.recv", "DenseCodec.encode",
-                                   "DenseCodec.decode", "Comm.send", "Comm.recv")}
+                                   "DenseCodec.decode", "DenseCodec._decode_seen", "Comm.send", "Comm.recv",
+                                   "gloo send", "gloo recv")}
 
 
 @pytest.mark.parametrize(("contestant", "ahead"), [("engine[1f1b]", True), ("engine[1f1b] encoded", False)])
@@ -73,9 +75,13 @@ def test_pipeline_loop_runs_a_contestant_and_names_its_gloo_threads(contestant, 
     assert sum("gloo threads" in line for line in lines) == 2, p.stderr
     # two warm steps of 4 micro-batches: each rank sends and receives 4 messages a step
     for rank in (0, 1):
+        step = next((x for x in lines if x.startswith(f"rank {rank}: the step ")), None)
+        assert step is not None and step.endswith(" ms CPU (main thread)"), p.stderr
+        assert float(step.split()[4]) > 0, step  # a step's forward and backward take CPU
         for call in _TIMED[contestant]:
-            line = next((x for x in lines if x.startswith(f"rank {rank}: {call} ")), p.stderr)
-            assert "(8 calls)" in line, line
+            line = next((x for x in lines if x.startswith(f"rank {rank}: {call} ")), None)
+            assert line is not None, (call, p.stderr)
+            assert " us CPU per call in the steps (8 calls)" in line, line
             assert ("back to back" in line) == (call in ("DenseCodec.encode", "DenseCodec.decode")), line
 
 
