@@ -11,8 +11,9 @@ schedules (what ``pipeline-sgd`` runs per step, without the launcher's per-step
 bookkeeping), ``torch.distributed.pipelining``'s ``ScheduleGPipe`` and ``Schedule1F1B``, the hand-written GPipe of
 ``pipeline_ratio`` (bare ``dist.isend`` / ``recv``), the engine's 1F1B with its links
 carrying raw tensor bytes, no codec (what the lossless codec's work per message costs it), and
-the engine's 1F1B posting its receives ahead as its GPipe does (``engine.POSTS_AHEAD``: the
-choice the engine made against), and the engine's 1F1B whose links encode each message into a
+the engine's 1F1B posting all its receives ahead as its GPipe does, and none ahead
+(``AHEAD_CHOICES``: the other choices of ``engine.POSTS_AHEAD``, which posts the gradients'
+only), and the engine's 1F1B whose links encode each message into a
 payload of its own that the Comm copies into its frame and decode a payload copied out of the
 Comm's buffer (what they did before the codec wrote into the frame and read where the message
 arrived: ``Codec.writer``, ``Codec.reader``).  A step's time is the slower
@@ -68,12 +69,16 @@ from benchmarks.turns import turn_order
 
 WARMUP = 3  # rounds left out (the peer's first step infers its boundary shapes)
 CONTESTANTS = ("engine[gpipe]", "engine[1f1b]", "ScheduleGPipe", "Schedule1F1B", "hand-written GPipe",
-               "engine[1f1b] raw bytes", "engine[1f1b] ahead", "engine[1f1b] encoded")
+               "engine[1f1b] raw bytes", "engine[1f1b] ahead", "engine[1f1b] none ahead", "engine[1f1b] encoded")
+#: The engine's 1F1B posting other receives ahead than its own (``engine.POSTS_AHEAD``): every
+#: one, as its GPipe does, and none, as it did before it posted the gradients'
+AHEAD_CHOICES = {"engine[1f1b] ahead": ("act", "grad"), "engine[1f1b] none ahead": ()}
 RATIOS = (("engine[gpipe]", "ScheduleGPipe"), ("engine[1f1b]", "Schedule1F1B"),
           ("engine[gpipe]", "hand-written GPipe"), ("engine[1f1b]", "engine[gpipe]"),
           ("Schedule1F1B", "ScheduleGPipe"), ("engine[1f1b] raw bytes", "Schedule1F1B"),
           ("engine[1f1b]", "engine[1f1b] raw bytes"), ("engine[1f1b] ahead", "Schedule1F1B"),
-          ("engine[1f1b] ahead", "engine[1f1b]"), ("engine[1f1b]", "engine[1f1b] encoded"),
+          ("engine[1f1b] ahead", "engine[1f1b]"), ("engine[1f1b]", "engine[1f1b] none ahead"),
+          ("engine[1f1b] none ahead", "Schedule1F1B"), ("engine[1f1b]", "engine[1f1b] encoded"),
           ("engine[1f1b] encoded", "Schedule1F1B"))
 
 
@@ -180,13 +185,13 @@ def _contestants(cfg, rank: int, comm, names: tuple[str, ...]):
 
             def step(ids, labels, stage=stage, links=links, own=own):
                 run_step(own, stage, ids, labels, M, links, schedule="1f1b")
-        elif name == "engine[1f1b] ahead":  # the other choice of engine.POSTS_AHEAD, for this step only
-            def step(ids, labels, stage=stage, own=own):
-                POSTS_AHEAD["1f1b"] = True
+        elif name in AHEAD_CHOICES:  # another choice of engine.POSTS_AHEAD, for this step only
+            def step(ids, labels, stage=stage, own=own, tags=AHEAD_CHOICES[name]):
+                own_tags, POSTS_AHEAD["1f1b"] = POSTS_AHEAD["1f1b"], tags
                 try:
                     pipeline_step(own, stage, ids, labels, M, codecs, "1f1b")
                 finally:
-                    POSTS_AHEAD["1f1b"] = False
+                    POSTS_AHEAD["1f1b"] = own_tags
         elif name.startswith("engine"):
             schedule = name[len("engine["):-1]
 

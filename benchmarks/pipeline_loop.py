@@ -2,11 +2,12 @@
 profiler or a system-call counter to attach to (a timing of its own is not the point: the
 interleaved benchmark times).  Each rank prints its pid and its gloo threads' ids once warm.
 
-    python3 -m benchmarks.pipeline_loop "engine[1f1b]" [--steps 1500] [--post-ahead] [--call-cpu]
+    python3 -m benchmarks.pipeline_loop "engine[1f1b]" [--steps 1500] [--post-ahead | --post-none] [--call-cpu]
     perf stat -e syscalls:sys_enter_epoll_wait,syscalls:sys_enter_recvfrom -t TID,TID -- sleep 3
 
-``--post-ahead`` makes the engine's 1F1B post its receives ahead as GPipe does
-(``engine.POSTS_AHEAD``), the choice its docstring measured against.
+``--post-ahead`` makes the engine's 1F1B post all its receives ahead as GPipe does, and
+``--post-none`` none (``engine.POSTS_AHEAD``: it posts the gradients' only), the choices its
+docstring measured against.
 
 ``--call-cpu`` times, in each rank's thread CPU once warm, every call of the channel's ``send``
 and ``recv`` (a whole message; ``EncodedChannel``'s for the contestant that copies payloads),
@@ -92,7 +93,8 @@ class _TimedGroup:
         return getattr(self._group, name)
 
 
-def _rank(rank: int, port: int, cfg, name: str, steps: int, post_ahead: bool, call_cpu: bool, q) -> None:
+def _rank(rank: int, port: int, cfg, name: str, steps: int, posts: tuple[str, ...] | None, call_cpu: bool,
+          q) -> None:
     from algorithms.codecs.channel import Channel
     from algorithms.codecs.dense import DenseCodec
     from algorithms.pipeline import engine
@@ -100,8 +102,8 @@ def _rank(rank: int, port: int, cfg, name: str, steps: int, post_ahead: bool, ca
     from harness.comm.base import Comm
     from harness.comm.torchdist import TorchDistComm
 
-    if post_ahead:
-        engine.POSTS_AHEAD["1f1b"] = True
+    if posts is not None:
+        engine.POSTS_AHEAD["1f1b"] = posts
     os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
     torch.set_num_threads(cfg.threads_per_rank or 1)
     dist.init_process_group("gloo", rank=rank, world_size=2)
@@ -122,7 +124,9 @@ def _rank(rank: int, port: int, cfg, name: str, steps: int, post_ahead: bool, ca
                     if Path(f"/proc/self/task/{t}/comm").read_text().startswith("gloo")]
             # one write of the whole line: the two ranks share the pipe, and print's separate writes
             # of the text and its newline interleaved with the other rank's
-            os.write(2, f"rank {rank}: pid {os.getpid()}, gloo threads {','.join(gloo)}\n".encode())
+            posted = ",".join(engine.POSTS_AHEAD["1f1b"]) or "none"
+            os.write(2, f"rank {rank}: pid {os.getpid()}, gloo threads {','.join(gloo)}, "
+                        f"1F1B posts ahead: {posted}\n".encode())
         ids, labels = batch(cfg, s, "cpu")
         t = time.thread_time()
         opt.zero_grad(set_to_none=True)
@@ -141,7 +145,11 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("contestant", choices=CONTESTANTS)
     ap.add_argument("--steps", type=int, default=1500)
-    ap.add_argument("--post-ahead", action="store_true", help="the engine's 1F1B posts its receives ahead")
+    posting = ap.add_mutually_exclusive_group()
+    posting.add_argument("--post-ahead", dest="posts", action="store_const", const=("act", "grad"),
+                         help="the engine's 1F1B posts all its receives ahead")
+    posting.add_argument("--post-none", dest="posts", action="store_const", const=(),
+                         help="the engine's 1F1B posts no receive ahead")
     ap.add_argument("--call-cpu", action="store_true",
                     help="time the codec's and the Comm's calls in the steps and back to back")
     ap.add_argument("--model", default="tiny-opt")
@@ -149,7 +157,7 @@ def main() -> None:
     if a.steps <= WARM:
         ap.error(f"--steps must be above {WARM}")
     cfg = engine_config("gpipe", model=a.model, batch_size=8, seq_len=64, micro_batches=4, steps=a.steps)
-    run_pair(_rank, cfg, a.contestant, a.steps, a.post_ahead, a.call_cpu, timeout_s=24 * 3600)
+    run_pair(_rank, cfg, a.contestant, a.steps, a.posts, a.call_cpu, timeout_s=24 * 3600)
 
 
 if __name__ == "__main__":

@@ -67,12 +67,15 @@ _TIMED = {"engine[1f1b]": ("Channel.send", "Channel.recv", "DenseCodec.writer", 
                                    "gloo send", "gloo recv")}
 
 
-@pytest.mark.parametrize(("contestant", "ahead"), [("engine[1f1b]", True), ("engine[1f1b] encoded", False)])
-def test_pipeline_loop_runs_a_contestant_and_names_its_gloo_threads(contestant, ahead):
-    p = _run("benchmarks.pipeline_loop", contestant, "--steps", "12", "--call-cpu", *(["--post-ahead"] if ahead else []))
+@pytest.mark.parametrize(("contestant", "posting", "posts"), [("engine[1f1b]", "--post-ahead", "act,grad"),
+                                                           ("engine[1f1b] encoded", "--post-none", "none"),
+                                                           ("engine[1f1b]", None, "grad")])
+def test_pipeline_loop_runs_a_contestant_and_names_its_gloo_threads(contestant, posting, posts):
+    p = _run("benchmarks.pipeline_loop", contestant, "--steps", "12", "--call-cpu", *([posting] if posting else []))
     assert p.returncode == 0, p.stderr
     lines = p.stderr.splitlines()
-    assert sum("gloo threads" in line for line in lines) == 2, p.stderr
+    assert sum("gloo threads" in line and line.endswith(f", 1F1B posts ahead: {posts}") for line in lines) == 2, \
+        p.stderr
     # two warm steps of 4 micro-batches: each rank sends and receives 4 messages a step
     for rank in (0, 1):
         step = next((x for x in lines if x.startswith(f"rank {rank}: the step ")), None)

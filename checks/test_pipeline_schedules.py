@@ -101,8 +101,10 @@ def test_the_engine_posts_the_next_micro_batch_receives_ahead(monkeypatch):
                                     + [(0, 1, "grad")] * (m - 1) + [(1, 2, "grad")] * (m - 1))
 
 
-def test_1f1b_posts_no_receive_ahead(monkeypatch):
-    assert _posted_receives(monkeypatch, schedule="1f1b") == []
+def test_1f1b_posts_only_the_gradient_receives_ahead(monkeypatch):
+    m = COMMON["micro_batches"]
+    posted = _posted_receives(monkeypatch, schedule="1f1b")
+    assert sorted(posted) == sorted([(0, 1, "grad")] * (m - 1) + [(1, 2, "grad")] * (m - 1))
 
 
 def test_a_schedule_is_validated_with_the_parameters():
@@ -117,4 +119,5 @@ def test_a_schedule_is_validated_with_the_parameters():
 
 def test_every_schedule_says_whether_it_posts_receives_ahead():
     assert POSTS_AHEAD.keys() == set(SCHEDULES)
-    assert POSTS_AHEAD["gpipe"]  # the overlap the engine's GPipe is measured with
+    assert all(set(tags) <= {"act", "grad"} for tags in POSTS_AHEAD.values())
+    assert POSTS_AHEAD["gpipe"] == ("act", "grad")  # the overlap the engine's GPipe is measured with

@@ -11,13 +11,20 @@ carries the same messages in the same order.
 In GPipe, while a stage computes micro-batch i it has already posted the
 receive of i + 1's first messages (``Comm.irecv``; forward: activations from
 r-1, backward: gradients from r+1), so their transfer overlaps the compute.
-1F1B posts none ahead: on gloo, receives posted ahead made its step 1.17-1.24x
-``Schedule1F1B``'s against 1.03-1.10x without, the extra CPU in gloo's own threads,
-whose event loop then spins: 2.48M ``epoll_wait`` calls in 3 s against 8.5k reads,
-394k without (2 cores; ``benchmarks/results/netns-and-gloo-loop/``).  That fits gloo's loop
-skipping a ready socket while the rank's main thread holds the pair's lock to send,
-which a 1F1B stage does while its next input arrives (a GPipe stage receives, then
-sends).  The
+1F1B posts only the gradients' receives ahead.  With the activations' too, on gloo its
+step was 1.17-1.24x ``Schedule1F1B``'s against 1.03-1.10x with none, the extra CPU in
+gloo's own threads, whose event loop then spins: 2.48M ``epoll_wait`` calls in 3 s against
+8.5k reads, 394k with none (2 cores; ``benchmarks/results/netns-and-gloo-loop/``).  That
+fits gloo's loop skipping a ready socket while the rank's main thread holds the pair's lock
+to send, which a 1F1B stage does while its next input arrives (a GPipe stage receives, then
+sends).  A gradient's receive, posted once the one before it arrived, is in place before
+the next stage sends that gradient (a forward and a backward pass later), so the sender's
+main thread writes it at once.  A gradient whose receive is not posted yet waits for the
+receive's notice and leaves from the sender's transport thread, a round trip later: 160 of
+1200 did when none was posted ahead, 8 of 1200 with the gradients' posted (``strace``, 300
+steps).  Posting the gradients alone made the engine's 1F1B 0.989 [0.984, 0.996] of posting
+none, back to back, with 2.6 against 3.3 ms of gloo threads' CPU per step (2 cores;
+``benchmarks/results/grad-ahead/``).  The
 channels take the posted receives in order (``Comm.recv`` takes a peer's
 oldest posted receive first), so they do not change.  Each boundary tensor
 crosses its link through a :class:`~.links.Channel`: forward under tag
@@ -91,9 +98,9 @@ class Arrival:
     tokens: torch.Tensor | None = None  # the micro-batch's token ids, where the boundary carries them
 
 
-#: Whether a schedule posts the receive of micro-batch i + 1 while it computes i (module
-#: docstring: on gloo, 1F1B is faster without).  Data, so a benchmark can time the other choice.
-POSTS_AHEAD = {"gpipe": True, "1f1b": False}
+#: The tags whose receives of micro-batch i + 1 a schedule posts while it computes i (module
+#: docstring: 1F1B, the gradients' only).  Data, so a benchmark can time the other choices.
+POSTS_AHEAD = {"gpipe": ("act", "grad"), "1f1b": ("grad",)}
 
 
 def schedule_ops(schedule: str, rank: int, world: int, micro_batches: int) -> Iterator[tuple[str, int]]:
@@ -145,7 +152,7 @@ def run_step(comm, stage: Stage, input_ids: torch.Tensor, labels: torch.Tensor,
     def post_ahead(mb: int, src: int, tag: str, count: int) -> None:
         # no more than the micro-batch surely takes: a receive posted for a message that is
         # not sent would take the next step's (the channels take posted receives in order)
-        if mb < micro_batches and POSTS_AHEAD[schedule]:
+        if mb < micro_batches and tag in POSTS_AHEAD[schedule]:
             for _ in range(count):
                 comm.irecv(src, tag)
 
