@@ -22,9 +22,10 @@ the next stage sends that gradient (a forward and a backward pass later), so the
 main thread writes it at once.  A gradient whose receive is not posted yet waits for the
 receive's notice and leaves from the sender's transport thread, a round trip later: 160 of
 1200 did when none was posted ahead, 8 of 1200 with the gradients' posted (``strace``, 300
-steps).  Posting the gradients alone made the engine's 1F1B 0.989 [0.984, 0.996] of posting
-none, back to back, with 2.6 against 3.3 ms of gloo threads' CPU per step (2 cores;
-``benchmarks/results/grad-ahead/``).  The
+steps).  That cut gloo's threads' CPU from 3.2-3.4 to 2.6-2.7 ms per step, and the engine's
+1F1B read 0.982-0.993 of ``Schedule1F1B``'s step back to back in four runs, each interval
+below 1.0, against 0.984-1.003 posting none (below 1.0 in three runs of seven); within one run,
+0.989-1.007 of posting none (2 cores; ``benchmarks/results/grad-ahead/``).  The
 channels take the posted receives in order (``Comm.recv`` takes a peer's
 oldest posted receive first), so they do not change.  Each boundary tensor
 crosses its link through a :class:`~.links.Channel`: forward under tag
