@@ -50,6 +50,7 @@ them: more rounds of the pair a question is about in the same time.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import inspect
 import os
 import statistics
@@ -130,6 +131,19 @@ def _encoded_links(rank: int, world_size: int, codecs):
     return links
 
 
+@contextlib.contextmanager
+def posting_ahead(tags: tuple[str, ...]):
+    """The engine's 1F1B posts the receives of ``tags`` ahead (``engine.POSTS_AHEAD``) inside the
+    ``with`` only: another contestant's step, after it, posts what the engine does."""
+    from algorithms.pipeline.engine import POSTS_AHEAD
+
+    own, POSTS_AHEAD["1f1b"] = POSTS_AHEAD["1f1b"], tags
+    try:
+        yield
+    finally:
+        POSTS_AHEAD["1f1b"] = own
+
+
 def chosen(spec: str | None) -> tuple[str, ...]:
     """The contestants ``--contestants`` names (comma-separated, in ``CONTESTANTS``' order; None:
     all); ValueError for an unknown name, or for names between which ``RATIOS`` has no ratio."""
@@ -161,7 +175,7 @@ def _contestants(cfg, rank: int, comm, names: tuple[str, ...]):
     its first step."""
     from torch.distributed import pipelining
 
-    from algorithms.pipeline.engine import POSTS_AHEAD, LinkCodecs, pipeline_step, run_step
+    from algorithms.pipeline.engine import LinkCodecs, pipeline_step, run_step
     from algorithms.pipeline.sgd import _optimizer, _wire_codec
     from harness.comm.torchdist import TorchDistComm
     from harness.models import build_stage, lm_loss
@@ -185,13 +199,10 @@ def _contestants(cfg, rank: int, comm, names: tuple[str, ...]):
 
             def step(ids, labels, stage=stage, links=links, own=own):
                 run_step(own, stage, ids, labels, M, links, schedule="1f1b")
-        elif name in AHEAD_CHOICES:  # another choice of engine.POSTS_AHEAD, for this step only
+        elif name in AHEAD_CHOICES:
             def step(ids, labels, stage=stage, own=own, tags=AHEAD_CHOICES[name]):
-                own_tags, POSTS_AHEAD["1f1b"] = POSTS_AHEAD["1f1b"], tags
-                try:
+                with posting_ahead(tags):
                     pipeline_step(own, stage, ids, labels, M, codecs, "1f1b")
-                finally:
-                    POSTS_AHEAD["1f1b"] = own_tags
         elif name.startswith("engine"):
             schedule = name[len("engine["):-1]
 

@@ -102,3 +102,18 @@ def test_pipeline_interleaved_runs_the_contestants_named_and_their_ratios_only()
     for spec in ("engine[1f1b]", "engine[1f1b],engine[1f1b]", "engine[gpipe],engine[1f1b] ahead"):
         with pytest.raises(ValueError, match="no ratio this benchmark reports is between"):
             chosen(spec)
+
+
+def test_a_posting_choice_holds_for_its_contestants_step_only():
+    from algorithms.pipeline.engine import POSTS_AHEAD
+    from benchmarks.pipeline_interleaved import AHEAD_CHOICES, posting_ahead
+
+    own = POSTS_AHEAD["1f1b"]
+    assert set(AHEAD_CHOICES.values()) == {("act", "grad"), ()} and own not in AHEAD_CHOICES.values()
+    for tags in AHEAD_CHOICES.values():
+        with posting_ahead(tags):
+            assert POSTS_AHEAD["1f1b"] == tags
+        assert POSTS_AHEAD["1f1b"] == own
+    with pytest.raises(RuntimeError, match="a step that fails"), posting_ahead(()):
+        raise RuntimeError("a step that fails")
+    assert POSTS_AHEAD["1f1b"] == own

@@ -87,6 +87,12 @@ PROFILES: dict[str, tuple[list[str], list[str]]] = {
         ["checks/test_anchor_aqsgd.py",
          "checks/test_compressed_pipeline.py", "-k", "test_anchor_aqsgd or both_ends or raw"],
     ),
+    # the engine's schedules and the receives each posts ahead (run it with --mutants naming
+    # run_step and schedule_ops: checks/MUTATION.md)
+    "pipeline-engine": (
+        ["algorithms/pipeline/engine.py"],
+        ["checks/test_pipeline_schedules.py"],
+    ),
     "byte-meter": (
         ["harness/comm/byte_meter.py"],
         ["checks/test_comm.py"],
