@@ -91,7 +91,7 @@ PROFILES: dict[str, tuple[list[str], list[str]]] = {
     # run_step and schedule_ops: checks/MUTATION.md)
     "pipeline-engine": (
         ["algorithms/pipeline/engine.py"],
-        ["checks/test_pipeline_schedules.py"],
+        ["checks/test_pipeline_schedules.py", "checks/test_pipeline.py"],
     ),
     "byte-meter": (
         ["harness/comm/byte_meter.py"],
