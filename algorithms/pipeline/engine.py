@@ -12,7 +12,8 @@ In GPipe, while a stage computes micro-batch i it has already posted the
 receive of i + 1's first messages (``Comm.irecv``; forward: activations from
 r-1, backward: gradients from r+1), so their transfer overlaps the compute.
 1F1B posts only the gradients' receives ahead.  With the activations' too, on gloo its
-step was 1.17-1.24x ``Schedule1F1B``'s against 1.03-1.10x with none, the extra CPU in
+step was 1.17-1.24x ``Schedule1F1B``'s against 1.03-1.10x with none (an older Comm; 3.8 %
+slower than the gradients' alone since), the extra CPU in
 gloo's own threads, whose event loop then spins: 2.48M ``epoll_wait`` calls in 3 s against
 8.5k reads, 394k with none (2 cores; ``benchmarks/results/netns-and-gloo-loop/``).  That
 fits gloo's loop skipping a ready socket while the rank's main thread holds the pair's lock
