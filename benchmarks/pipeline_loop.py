@@ -6,14 +6,14 @@ interleaved benchmark times).  Each rank prints its pid and its gloo threads' id
     perf stat -e syscalls:sys_enter_epoll_wait,syscalls:sys_enter_recvfrom -t TID,TID -- sleep 3
 
 ``--post-ahead`` makes the engine's 1F1B post all its receives ahead as GPipe does, and
-``--post-none`` none (``engine.POSTS_AHEAD``: it posts the gradients' only), the choices its
-docstring measured against.
+``--post-none`` none (``pipeline_interleaved.AHEAD_CHOICES``; ``engine.POSTS_AHEAD`` posts the
+gradients' only), the choices its docstring measured against.
 
 ``--call-cpu`` times, in each rank's thread CPU once warm, every call of the channel's ``send``
 and ``recv`` (a whole message; ``EncodedChannel``'s for the contestant that copies payloads),
-the dense codec's ``writer``, ``encode`` and ``decode`` and its check and copy of a payload whose
-header it has seen (``_decode_seen``, what its reader does with a message), the Comm's ``send_written``, ``send``,
-``recv`` and ``recv_read`` and, for a contestant with a Comm of its own (the engine's), the
+the dense codec's ``writer``, ``encode`` and ``decode`` and its check and copy of a payload
+whose header it has seen (``_decode_seen``, what its reader does with a message), the Comm's
+``send_written``, ``send``, ``recv`` and ``recv_read`` and, for a contestant with a Comm of its own (the engine's), the
 transport's calls that post a message (``gloo send``, ``gloo recv``: the process group's own,
 which ``torch.distributed.pipelining`` makes as well); a call's time includes that of the timed
 calls inside it, and their timing.  Each rank prints the whole step's CPU (its main thread) and
@@ -34,7 +34,7 @@ import torch
 import torch.distributed as dist
 
 from benchmarks.gloo_pair import run_pair
-from benchmarks.pipeline_interleaved import CONTESTANTS, EncodedChannel, _contestants
+from benchmarks.pipeline_interleaved import AHEAD_CHOICES, CONTESTANTS, EncodedChannel, _contestants
 from benchmarks.pipelining_ratio import engine_config
 
 WARM = 10  # steps before the ids are printed
@@ -146,10 +146,10 @@ def main() -> None:
     ap.add_argument("contestant", choices=CONTESTANTS)
     ap.add_argument("--steps", type=int, default=1500)
     posting = ap.add_mutually_exclusive_group()
-    posting.add_argument("--post-ahead", dest="posts", action="store_const", const=("act", "grad"),
-                         help="the engine's 1F1B posts all its receives ahead")
-    posting.add_argument("--post-none", dest="posts", action="store_const", const=(),
-                         help="the engine's 1F1B posts no receive ahead")
+    posting.add_argument("--post-ahead", dest="posts", action="store_const",
+                         const=AHEAD_CHOICES["engine[1f1b] ahead"], help="the engine's 1F1B posts all its receives ahead")
+    posting.add_argument("--post-none", dest="posts", action="store_const",
+                         const=AHEAD_CHOICES["engine[1f1b] none ahead"], help="the engine's 1F1B posts no receive ahead")
     ap.add_argument("--call-cpu", action="store_true",
                     help="time the codec's and the Comm's calls in the steps and back to back")
     ap.add_argument("--model", default="tiny-opt")

@@ -33,8 +33,9 @@ def main() -> None:
     ap.add_argument("--steps", type=int, default=2)
     ap.add_argument("--schedule", choices=SCHEDULES, default="gpipe", help="the engine pipelines' schedule")
     a = ap.parse_args()
-    for algo in ALGORITHMS if a.schedule == "gpipe" else [x for x in ALGORITHMS if x not in WITHOUT_SCHEDULE]:
-        params = {} if a.schedule == "gpipe" else {"schedule": a.schedule}
+    algorithms = ALGORITHMS if a.schedule == "gpipe" else [x for x in ALGORITHMS if x not in WITHOUT_SCHEDULE]
+    for algo in algorithms:
+        params = {} if algo in WITHOUT_SCHEDULE else {"schedule": a.schedule}
         for name, kw in TRANSPORTS.items():
             cfg = make_config(algo, world_size=2, steps=a.steps, batch_size=4, seq_len=16, micro_batches=2,
                               params=params, **kw)
