@@ -25,6 +25,7 @@ import time
 import torch
 import torch.distributed as dist
 
+from benchmarks import progress
 from benchmarks.gloo_pair import run_pair
 from benchmarks.other_commit import load_package
 from benchmarks.roundtrip_ratio import _comm_round, _raw_round
@@ -53,7 +54,7 @@ def _rank(rank: int, port: int, old_path: str, sizes: list[int], rounds: int, bl
                 fn()
         comms[1].barrier()
         times = [[] for _ in fns]
-        for r in range(rounds):
+        for r in progress.rounds(rounds, f"comm_before_after, {size} bytes", report=rank == 0):
             for i in turn_order(r, range(len(fns))):
                 for _ in range(block):
                     w0 = time.perf_counter()

@@ -69,6 +69,7 @@ import time
 import torch
 import torch.distributed as dist
 
+from benchmarks import progress
 from benchmarks.gloo_pair import run_pair
 from benchmarks.idle_penalty import penalty_of, probe, stage_work, verdict
 from benchmarks.pipeline_interleaved import (
@@ -156,7 +157,7 @@ def _rank(rank: int, port: int, cfg, rates: dict[str, float], net: dict | None, 
     # shaped contestant -> wire bytes per step of one direction: with the pacer this rank's uplink
     # (the meter's bytes as the pacer counts them), under netns its downlink (its veth's counter)
     link_wire = {n: [] for n in names if n.startswith("shaped")}
-    for step in range(cfg.steps):
+    for step in progress.rounds(cfg.steps, "paced_interleaved", report=rank == 0):
         ids, labels = batch(cfg, step, "cpu")
         for name in turn_order(step, names):
             stage, opt = runs[name]

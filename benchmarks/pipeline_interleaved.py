@@ -61,6 +61,7 @@ import torch.distributed as dist
 
 from algorithms.codecs import Payload
 from algorithms.codecs.channel import Channel
+from benchmarks import progress
 from benchmarks.gloo_pair import run_pair
 from benchmarks.idle_penalty import MAX_PENALTY, penalty, stage_work
 from benchmarks.pipeline_ratio import hand_gpipe_step
@@ -277,7 +278,7 @@ def _rank(rank: int, port: int, cfg, run: int, names: tuple[str, ...], q) -> Non
     wall = {n: [[] for _ in range(run)] for n in names}  # by place in the turn
     cpu = {n: [] for n in names}
     ticks = {n: {"main": 0, "gloo": 0, "other": 0} for n in names}
-    for rnd in range(cfg.steps):
+    for rnd in progress.rounds(cfg.steps, "pipeline_interleaved", report=rank == 0):
         batches = [batch(cfg, rnd * run + j, "cpu") for j in range(run)]
         for name in turn_order(rnd, names):
             stage, opt, fn, sync = runs[name]

@@ -117,3 +117,23 @@ def test_a_posting_choice_holds_for_its_contestants_step_only():
     with pytest.raises(RuntimeError, match="a step that fails"), posting_ahead(()):
         raise RuntimeError("a step that fails")
     assert POSTS_AHEAD["1f1b"] == own
+
+
+def test_a_long_run_reports_its_rounds_at_the_interval_and_at_the_end(capsys):
+    import io
+
+    from benchmarks.progress import rounds
+
+    ticks = iter([100.0, 110.0, 130.0, 140.0, 161.0, 170.0])  # the start, then after each round
+    out = io.StringIO()
+    assert list(rounds(5, "bench", every_s=30.0, clock=lambda: next(ticks), out=out)) == [0, 1, 2, 3, 4]
+    # a line once 30 s passed since the last line (at 30 s, not at 40 s, again at 61 s), and the end's
+    assert out.getvalue().splitlines() == ["bench: round 2 of 5, 30 s, about 45 s left",
+                                           "bench: round 4 of 5, 61 s, about 15 s left",
+                                           "bench: round 5 of 5, 70 s"]
+    quiet = io.StringIO()
+    assert list(rounds(3, "bench", report=False, clock=lambda: 1 / 0, out=quiet)) == [0, 1, 2]
+    assert quiet.getvalue() == ""
+    ticks = iter([0.0, 1.0])
+    assert list(rounds(1, "alone", clock=lambda: next(ticks))) == [0]
+    assert capsys.readouterr() == ("", "alone: round 1 of 1, 1 s\n")  # on stderr by default

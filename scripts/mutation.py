@@ -119,6 +119,11 @@ PROFILES: dict[str, tuple[list[str], list[str]]] = {
         ["harness/rank_processes.py"],
         ["checks/test_gloo_pair.py", "checks/test_comm.py", "-k", "pair or grace or ranks_end or death or dies"],
     ),
+    # a long benchmark's progress lines (the module's own check, with a fake clock)
+    "benchmark-progress": (
+        ["benchmarks/progress.py"],
+        ["checks/test_benchmark_tools.py", "-k", "long_run"],
+    ),
     # the pretrained task: prompt encoding of the causal LM, held-out accuracy and its head
     "prompt-heldout": (
         ["harness/models/prompt.py", "harness/heldout.py"],
@@ -129,9 +134,10 @@ PROFILES: dict[str, tuple[list[str], list[str]]] = {
 }
 # Profiles whose anchoring checks carry marks the default selection leaves out: prompt-heldout's
 # are slow (they load a real checkpoint), so every check but the process-spawning and hardware
-# ones; netns-shape's make namespaces in-process (root); rank-processes' spawn gloo ranks.
+# ones; netns-shape's make namespaces in-process (root); rank-processes' spawn gloo ranks;
+# benchmark-progress's file is marked gloo as a whole (its one check spawns nothing).
 MARKS = {"prompt-heldout": "not gloo and not netns and not gpu", "netns-shape": "not gpu",
-         "rank-processes": "not gpu"}
+         "rank-processes": "not gpu", "benchmark-progress": "not gpu"}
 
 
 def _selection(name: str) -> list[str]:
@@ -294,6 +300,11 @@ def _run_profile(name: str, files: list[str], sel: list[str], max_children: int,
 
     cfg = mc.config()
     cfg.only_mutate, cfg.pytest_add_cli_args_test_selection = list(files), list(sel)
+    # a profile's files outside the configured source paths (benchmarks/): mutated there, not
+    # copied as they are
+    tops = {f.split("/")[0] for f in files} - {str(p) for p in cfg.source_paths}
+    cfg.source_paths = [*cfg.source_paths, *(Path(t) for t in sorted(tops))]
+    cfg.also_copy = [p for p in cfg.also_copy if str(p) not in tops]
     from mutmut.__main__ import cli
 
     if sample:
