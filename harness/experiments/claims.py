@@ -234,7 +234,8 @@ def claims_table(claims: list[Claim]) -> Table:
         rows=[dict(id=c.id, paper=paper_name(c.paper), quote=c.quote, source=c.source, criterion=c.criterion,
                    paper_value=c.paper_value, ours=c.ours, outcome=c.outcome, how=c.how) for c in claims],
         caption="each claim measured at the paper's hyper-parameters, scaled only in model size and steps "
-                "(2 CPU cores, random-weight models of the papers' shapes, byte-level text); 'not "
+                "(2 CPU cores); each experiment's tables say what its setting changes from the paper's (the "
+                "model and whether it is pre-trained, data, sequence, steps); 'not "
                 "supported' is a finding, not a failure; properties true by construction are checks, "
                 "not claims",
         notes=["checks, not claims (true by construction of the code): Clapping's EF memory independent of "

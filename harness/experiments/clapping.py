@@ -303,8 +303,9 @@ def _claims(lm: dict, rows: list[dict], common: dict, toy_rows: list[dict], toy_
              if r["table"] == "Table 3" and r["setting"].startswith("LLaMA-2 7B / ")}
     paper_fc = max(v for k, v in paper.items() if k.startswith("FC"))
     how = (f"validation loss paired by seed ({len(SEEDS)} seeds, 95 % t interval of the difference), "
-           f"{common['model']} fine-tuned {FT_EPOCHS} epochs from one checkpoint per seed, E = 2, Top-5 % both "
-           f"ways; best FC p by mean val loss: {best} (chosen on the same runs, as the paper tunes p)")
+           f"{common['model']} fine-tuned {FT_EPOCHS} epochs from one checkpoint per seed, pre-trained in "
+           f"this run (paper: the released LLaMA checkpoints), E = 2, Top-5 % both ways; best FC p by mean "
+           f"val loss: {best} (chosen on the same runs, as the paper tunes p)")
     for base, key in (("direct", "direct"), ("EF21 (FC p=1)", "EF21"), ("AQ-SGD", "AQ-SGD")):
         pre = V.both(ref, V.finite({best: loss[best], base: loss[base]}))
         v = V.beats(loss[best], loss[base], pre)
