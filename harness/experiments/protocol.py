@@ -403,7 +403,7 @@ def _claims(recs: dict, reps: dict, s: dict, d: int, k_tp: int, net: dict, load:
                 f"ratio of median step times (same tokens per step), 95 % bootstrap interval over the steps of "
                 f"each run; {shaper} at {net['rate']}, similarity-scaled from this run's unshaped uncompressed "
                 f"step and bytes (the paper's 80 Mbit/s made its uncompressed run {SLOWDOWN:g}x slower, §8.5); "
-                f"centralised = the uncompressed pipeline on the same 2 gloo processes, unshaped; the transport "
-                f"does not overlap transfers with compute, so a shaped step is compute + transfer; "
+                f"centralised = the uncompressed pipeline on the same 2 gloo processes, unshaped; GPipe, whose "
+                f"transfers overlap the next micro-batch's compute; "
                 f"{s['net_steps']} steps each; load (1 min) {load[0]:.1f} / {load[1]:.1f} on {cores} cores",
                 fmt=".3f", undecided=load_guard(load, cores), precondition=pre)
