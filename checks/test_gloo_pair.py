@@ -63,8 +63,11 @@ def _gone(pid: int) -> bool:
         os.kill(pid, 0)
     except ProcessLookupError:
         return True
-    with open(f"/proc/{pid}/stat") as f:  # a zombie no one reaped yet is gone too
-        return f.read().rsplit(")", 1)[1].split()[0] == "Z"
+    try:
+        with open(f"/proc/{pid}/stat") as f:  # a zombie no one reaped yet is gone too
+            return f.read().rsplit(")", 1)[1].split()[0] == "Z"
+    except FileNotFoundError:  # reaped between the signal and the read
+        return True
 
 
 #: How a process starts its ranks: a benchmark's fresh interpreters, and the checks' ranks forked
