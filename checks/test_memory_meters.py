@@ -144,6 +144,43 @@ def test_threads_message_in_flight_is_counted_by_the_receiver_only():
     assert nbytes <= gained <= nbytes + 64  # the frame: payload and its end marker
 
 
+def test_threads_a_received_payload_let_go_leaves_the_receivers_meter_while_the_sender_still_sends(monkeypatch):
+    # The sender is held inside its send (where it waits at the in-flight bound, the world's lock
+    # released) until the receiver has taken the payload and let it go: the receiver's meter must
+    # be back where it was.  A reference the sender kept to the queued frame kept the storage the
+    # receiver counted alive until the sender returned, so a run's peak depended on the threads.
+    from harness.comm.threads import ThreadsComm, run_threads
+
+    let_go = threading.Event()
+    at_bound = ThreadsComm._wait_to_the_bound
+
+    def held(self, wait_oldest):
+        if self.rank == 1:
+            assert self.world.cond.wait_for(let_go.is_set, timeout=self.timeout_s)
+        at_bound(self, wait_oldest)
+
+    monkeypatch.setattr(ThreadsComm, "_wait_to_the_bound", held)
+
+    def body(comm):
+        if comm.rank == 1:
+            comm.send(torch.ones(10_000, dtype=torch.uint8), 0)
+            return None
+        m = TensorMemoryMeter()
+        with m:
+            base = m.current
+            got = comm.recv(1)
+            held_bytes = m.current - base
+            del got
+            left = m.current - base
+        with comm.world.cond:
+            let_go.set()
+            comm.world.cond.notify_all()
+        return held_bytes, left
+
+    (held_bytes, left), _ = run_threads(2, body)
+    assert held_bytes >= 10_000 and left == 0
+
+
 @pytest.mark.gloo
 def test_gloo_receive_scratch_is_not_a_ranks_tensor():
     # A gloo receiver's buffer is sized by the announced frame, never by max_frame_bytes (1 GiB):

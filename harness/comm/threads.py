@@ -123,6 +123,10 @@ class ThreadsComm(Comm):
             del body
             w.mail.setdefault((self.rank, dst), deque()).append(frame)
             pair, nbytes = (self.rank, dst), FRAME_HEADER_NBYTES + frame[2].numel()
+            # the mailbox holds the frame now: a reference kept here while this rank waits at the
+            # bound would keep the receiver's counted copy alive after it let go, so its peak
+            # would depend on when this thread returned
+            del frame
             index = w.sent.get(pair, 0)
             w.sent[pair] = index + 1
             self._sends.append((dst, index, nbytes))
