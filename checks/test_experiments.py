@@ -226,6 +226,24 @@ def test_a_timed_claim_whose_interval_covers_the_criterion_is_not_a_verdict(seed
     assert c.ours.startswith("1 [") or c.ours.startswith("1.00 [")
 
 
+@settings(deadline=None, max_examples=25)
+@given(seed=st.integers(0, 2**31 - 1), k=st.integers(2, 3), n=st.integers(1, 20))
+def test_the_interval_of_a_ratio_over_repeats_holds_the_drift_between_repeats(seed, k, n):
+    """Repeats are separate launches: runs whose steps are all alike but whose levels drift from
+    repeat to repeat have an interval from the smallest repeat's ratio to the largest (a draw of
+    k repeats out of k <= 3 has the smallest or the largest as its median with probability
+    >= 7/27, far beyond the 2.5 % tails), never the one point a bootstrap over steps would give."""
+    import random
+
+    from harness.stats import ratio_of_medians
+
+    rng = random.Random(seed)
+    levels = [(rng.uniform(0.5, 2.0), rng.uniform(0.5, 2.0)) for _ in range(k)]
+    iv = ratio_of_medians([[a] * n for a, _ in levels], [[b] * n for _, b in levels], draws=400, seed=seed)
+    ratios = [a / b for a, b in levels]
+    assert iv.lo == pytest.approx(min(ratios)) and iv.hi == pytest.approx(max(ratios))
+
+
 def test_a_timed_claim_is_decided_only_outside_its_interval():
     from harness.experiments.claims import NOT_MEASURABLE, NOT_SUPPORTED, SUPPORTED, timed_claim
     from harness.stats import Interval

@@ -124,6 +124,11 @@ PROFILES: dict[str, tuple[list[str], list[str]]] = {
         ["benchmarks/progress.py"],
         ["checks/test_benchmark_tools.py", "-k", "long_run"],
     ),
+    # the intervals every timed table and claim shows (a ratio of medians over repeats among them)
+    "stats-intervals": (
+        ["harness/stats.py"],
+        ["checks/test_experiments.py", "checks/test_tables.py", "-k", "interval or timed_claim or median"],
+    ),
     # the pretrained task: prompt encoding of the causal LM, held-out accuracy and its head
     "prompt-heldout": (
         ["harness/models/prompt.py", "harness/heldout.py"],

@@ -13,7 +13,7 @@ Three tables:
   step over the busiest rank's: the work, which a loaded machine does not
   inflate; the claims' measure) and in wall time (median over repeats of the
   per-repeat ratio of medians, and a bootstrap 95 % interval resampling the
-  steps), the paper's OPT-175B ratio beside them, and the speed-up this
+  repeats, then the steps), the paper's OPT-175B ratio beside them, and the speed-up this
   machine can reach given ZO2's measured phases (Amdahl, :func:`achievable`);
 * the per-rank phase breakdown (wall and CPU seconds per step; the engine's
   clock, ``algorithms.zo.phases``);
@@ -106,8 +106,8 @@ def control_ratio(runs, zo2_runs) -> float:
 def speedup_stats(base: list[list[float]], other: list[list[float]], draws: int = 2000) -> Interval:
     """Median over repeats of median(base_r) / median(other_r), and a bootstrap 95 % interval.
 
-    ``base[r]`` / ``other[r]``: step times of repeat r.  The bootstrap resamples
-    the steps within each run (seeded: the same records give the same interval).
+    ``base[r]`` / ``other[r]``: step times of repeat r.  The bootstrap resamples the repeats,
+    then the steps within each run (seeded: the same records give the same interval).
     """
     return ratio_of_medians(base, other, draws=draws,
                             seed=keyed_seed("distzo2.bootstrap", len(base), len(base[0])))
@@ -178,8 +178,9 @@ def speedup_table(recs: dict[str, list], title: str, load: tuple[float, float], 
                  Column("cpu_step", "CPU s/step (busiest rank)", "s", False,
                         spread=f"{IQR} of the measured steps of every repeat, pooled"),
                  Column("speedup_cpu", "speed-up vs ZO2 (CPU time)", "ratio", True, ".2f",
-                        spread=CI95 + " resampling the steps"),
-                 Column("speedup", "speed-up vs ZO2 (wall)", "ratio", True, ".2f", spread=CI95 + " resampling the steps"),
+                        spread=CI95 + " resampling the repeats, then the steps"),
+                 Column("speedup", "speed-up vs ZO2 (wall)", "ratio", True, ".2f",
+                        spread=CI95 + " resampling the repeats, then the steps"),
                  Column("paper", "speed-up vs ZO2 (paper, OPT-175B)", "ratio", True, ".2f", default=None),
                  Column("ideal", "ideal", "ratio", None, ".0f"),
                  Column("bound", "achievable here", "ratio", None, ".2f", spread=CI95 + " resampling the steps"),
@@ -201,7 +202,7 @@ def speedup_table(recs: dict[str, list], title: str, load: tuple[float, float], 
                 "the busiest rank's, each rank's own thread time, which a shared or overloaded machine does not "
                 "inflate (a rank that waits for a core or its peer spends no CPU); (wall): the same from step "
                 "times, which it does.  Each: median over interleaved repeats of the ratio of medians; interval: "
-                "bootstrap over steps.  Control: z generation is the same work on every rank, so its CPU time "
+                "bootstrap over the repeats, then the steps.  Control: z generation is the same work on every rank, so its CPU time "
                 f"must match ZO2's (within x{CONTROL_TOL:g}) for CPU time to measure the work",
         notes=[setting,
                f"load average (1 min) before / after the repeats: {load[0]:.1f} / {load[1]:.1f} on {cores} cores; "
