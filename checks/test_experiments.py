@@ -242,6 +242,40 @@ def test_the_interval_of_a_ratio_over_repeats_holds_the_drift_between_repeats(se
     iv = ratio_of_medians([[a] * n for a, _ in levels], [[b] * n for _, b in levels], draws=400, seed=seed)
     ratios = [a / b for a, b in levels]
     assert iv.lo == pytest.approx(min(ratios)) and iv.hi == pytest.approx(max(ratios))
+    if k == 2:  # a draw of both repeats has their mean as its median half the time: the middle fifth
+        mid = ratio_of_medians([[a] * n for a, _ in levels], [[b] * n for _, b in levels], draws=400, seed=seed,
+                               level=0.2)
+        assert mid.lo == pytest.approx(sum(ratios) / 2) and mid.hi == pytest.approx(sum(ratios) / 2)
+
+
+@settings(deadline=None, max_examples=10)
+@given(seed=st.integers(0, 2**31 - 1), n=st.integers(1, 30), m=st.integers(1, 30))
+def test_the_interval_of_one_repeat_is_the_percentile_bootstrap_of_its_steps(seed, n, m):
+    """One repeat each: the steps of both runs resampled, written out here as the textbook
+    percentile bootstrap (the same seeded draws), at the default 95 % and the default seed."""
+    import random
+    import statistics
+
+    from harness.stats import quantile, ratio_of_medians
+
+    num, den = _step_times(seed, n), _step_times(seed + 1, m)
+    rng = random.Random(0)
+    boots = sorted(statistics.median(rng.choices(num, k=n)) / statistics.median(rng.choices(den, k=m))
+                   for _ in range(300))
+    iv = ratio_of_medians([num], [den], draws=300)
+    assert iv.value == statistics.median(num) / statistics.median(den)
+    assert (iv.lo, iv.hi) == (quantile(boots, (1 - 0.95) / 2), quantile(boots, (1 + 0.95) / 2))
+
+
+def test_a_ratio_of_medians_refuses_unpaired_or_empty_runs():
+    from harness.stats import ratio_of_medians
+
+    with pytest.raises(ValueError, match="as many repeats on both sides, not 2 and 1"):
+        ratio_of_medians([[1.0], [1.0]], [[1.0]])
+    with pytest.raises(ValueError, match="as many repeats on both sides, not 0 and 0"):
+        ratio_of_medians([], [])
+    with pytest.raises(ValueError, match="bootstrap of an empty sample"):
+        ratio_of_medians([[1.0], []], [[1.0], [2.0]])
 
 
 def test_a_timed_claim_is_decided_only_outside_its_interval():
